@@ -1,0 +1,1 @@
+"""Paper-style tables and figures from results/<experiment>/<run>/ files."""

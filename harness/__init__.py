@@ -1,0 +1,1 @@
+"""The shared offload engine, simulated backend, results and the `moebench` runner."""

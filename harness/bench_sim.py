@@ -1,0 +1,54 @@
+"""`make bench-sim`: accesses per second through the full engine path, per system, and the
+wall time of one Table 1 run. Trace generation is excluded from accesses per second."""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+import time
+
+from harness.backend_sim import SimBackend
+from harness.config import compose_config, system_names
+from harness.engine import Engine
+from harness.memory import plan_memory
+from harness.run import build_target, load_routing, run_config
+from harness.specs import hardware_spec_from_dict, model_spec_from_dict
+from systems.base import System
+
+
+def main(argv: list[str]) -> int:
+    ap = argparse.ArgumentParser(prog="moebench bench-sim")
+    ap.add_argument("--requests", type=int, default=290, help="measured requests (Table 1: 290)")
+    args = ap.parse_args(argv)
+    base = ["experiment=table1", f"workload.num_requests={args.requests}", "progress=false"]
+    cfg = compose_config(base + ["system=lru"])
+    model = model_spec_from_dict(cfg["model"])
+    hw = hardware_spec_from_dict(cfg["hardware"])
+    t0 = time.perf_counter()
+    trace = load_routing(cfg, model, "measure")
+    gen_s = time.perf_counter() - t0
+    max_ctx = int((trace.prompt_len + trace.output_len).max())
+    plan = plan_memory(model, hw, max_ctx, 1)
+    print(f"bench-sim: SIMULATED, {trace.routing_source} routing, {model.name} on {hw.name}, "
+          f"{trace.num_requests} requests; trace generation {gen_s:.2f} s (excluded)")
+    print(f"{'system':<16}{'accesses':>12}{'run s':>9}{'accesses/s':>14}")
+    for name in system_names():
+        system = build_target(compose_config(base + [f"system={name}"])["system"], "system",
+                              System)
+        if getattr(system, "needs_all_experts", False) and (
+                plan.expert_cache_bytes < model.total_expert_bytes):
+            print(f"{name:<16}{'oom':>12}")
+            continue
+        if type(system).warmup is not System.warmup:
+            system.warmup(load_routing(cfg, model, "calibration", cfg["calibration_requests"]))
+        engine = Engine(model, SimBackend(model, hw), trace, system, plan.expert_cache_bytes)
+        t0 = time.perf_counter()
+        rec = engine.run()
+        dt = time.perf_counter() - t0
+        print(f"{name:<16}{rec.num_accesses:>12}{dt:>9.2f}{rec.num_accesses / dt:>14,.0f}")
+    with tempfile.TemporaryDirectory() as tmp:
+        t0 = time.perf_counter()
+        run_config(compose_config(base + ["system=lru"], results_dir=tmp))
+        wall = time.perf_counter() - t0
+    print(f"one Table 1 run (lru, trace cached in-process, result files written): {wall:.2f} s")
+    return 0

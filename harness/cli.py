@@ -1,0 +1,65 @@
+"""`moebench`: Hydra runner for one configuration or a multirun sweep, plus subcommands.
+
+  moebench [hydra overrides]        run (or, with -m, sweep) configurations
+  moebench table1 [results dir]     write results/table1/table1.{md,csv} from finished runs
+  moebench bench-sim                engine throughput and one Table 1 run's wall time
+"""
+
+from __future__ import annotations
+
+import sys
+
+from harness.specs import SpecError
+from harness.trace import TraceError
+
+
+def _describe(result: dict) -> str:
+    m = result.get("metrics") or {}
+    routing = "synthetic routing" if result["trace"]["synthetic"] else (
+        f"routing {result['trace']['routing_source']}")
+    head = (f"[SIMULATED, {routing}] {result['system']['name']} | {result['model']['name']} | "
+            f"{result['hardware']}: {result['status']}")
+    if result["status"] != "valid":
+        return f"{head} ({result['reason']})"
+    tpot = m["tpot_ms"]["mean"]
+    return (f"{head}, TPOT mean {tpot:.1f} ms, hit rate {m['hit_rate']:.3f}, "
+            f"stall {m['gpu_stall_ms_per_token']:.1f} ms/token -> {result['_run_dir']}")
+
+
+def _hydra_main() -> None:
+    import hydra
+    from omegaconf import DictConfig, OmegaConf
+
+    from harness.results import PROJECT_ROOT
+
+    @hydra.main(config_path=str(PROJECT_ROOT / "conf"), config_name="config", version_base="1.3")
+    def task(cfg: DictConfig) -> None:
+        from harness.run import run_config
+
+        plain = OmegaConf.to_container(cfg, resolve=True)
+        try:
+            result = run_config(plain)
+        except (SpecError, TraceError) as exc:
+            print(f"moebench: error: {exc}", file=sys.stderr)
+            sys.exit(2)
+        print(_describe(result), flush=True)
+
+    task()
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] == "table1":
+        from analysis.table1 import main as table1_main
+
+        sys.exit(table1_main(argv[1:]))
+    if argv and argv[0] == "bench-sim":
+        from harness.bench_sim import main as bench_main
+
+        sys.exit(bench_main(argv[1:]))
+    sys.argv = [sys.argv[0], *argv]
+    _hydra_main()
+
+
+if __name__ == "__main__":
+    main()

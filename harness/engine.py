@@ -1,0 +1,323 @@
+"""The one engine loop every system runs in (contract: docs/engine.md).
+
+Per iteration (a batched prefill or decode step) and per layer: the dense part runs on the
+compute stream; at a MoE layer the routing is revealed, the system is told and may replace
+the prefetch queue; then the layer's experts run one at a time: ready residents first
+(ascending id), then in-flight copies by ready time, then demand fetches in ascending id.
+Only the running expert must be resident, so a cache smaller than a layer's expert set still
+makes progress (a demand fetch with no free slot and no evictable victim waits until an
+expert of the layer has run). One copy engine: demand fetches go ahead of queued
+prefetches, an in-flight copy is never preempted, a copy reserves its slot when issued.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+
+from harness.cache import ExpertCache
+from harness.recorder import DEMAND, HIT, LATE, MISS, PREFETCH, PRELOAD, Recorder
+from harness.schedule import Scheduler
+from harness.trace import block_unions
+from systems.base import IterationInfo, LayerRouting, RequestInfo, System, SystemContext
+
+
+class EngineError(RuntimeError):
+    """The run cannot proceed (e.g. a system refuses every victim while the cache is full)."""
+
+
+class Engine:
+    def __init__(self, model, backend, trace, system: System, capacity_bytes: int,
+                 max_batch: int = 1, progress: bool = False):
+        if trace.num_layers != model.num_moe_layers or trace.num_experts != model.num_experts:
+            raise EngineError(f"trace shape (L={trace.num_layers}, E={trace.num_experts}) does "
+                              f"not match model {model.name} (L={model.num_moe_layers}, "
+                              f"E={model.num_experts})")
+        self.model, self.backend, self.trace, self.system = model, backend, trace, system
+        self.cache = ExpertCache(capacity_bytes, model.expert_bytes)
+        if self.cache.capacity_slots < 1:
+            raise EngineError(f"expert cache of {capacity_bytes} bytes holds no expert "
+                              f"({model.expert_bytes} bytes each)")
+        self.max_batch, self.progress = max_batch, progress
+        self.E, self.L = model.num_experts, model.num_moe_layers
+        self.rec = Recorder(model.expert_bytes)
+        self.queue: deque[tuple[int, float]] = deque()  # (key, proposed_ms) prefetches
+        self.copy_free_ms = 0.0
+        self.copy_ms = backend.expert_copy_ms
+        self.policy_s = 0.0
+        self._wants_done = type(system).on_expert_done is not System.on_expert_done
+        self._wants_load = type(system).on_load is not System.on_load
+        self._expert_ms_memo: dict[int, float] = {}  # tokens -> expert call ms
+
+    # ---- copy engine ------------------------------------------------------------------------
+    def _load(self, key: int, kind: int, proposed: float, issue: float, start: float) -> bool:
+        """Ask the system for a victim, evict it, reserve the slot, commit the copy."""
+        cands = self.cache.candidates(issue)
+        t0 = time.perf_counter()
+        victim = self.system.choose_victim(cands, key, kind == DEMAND, issue)
+        self.policy_s += time.perf_counter() - t0
+        if victim is None:
+            if self.cache.is_full():
+                return False
+        elif not self.cache.evictable(victim, issue):
+            raise EngineError(f"system {self.system.name} chose victim {victim} for {key}, "
+                              "which is not evictable (absent, pinned or in flight)")
+        else:
+            self.rec.evicted(self.cache.evict(victim, issue), issue)
+        ready = start + self.copy_ms
+        self.cache.reserve(key, ready, self.rec.transfer(key, kind, proposed, issue, start, ready))
+        self.copy_free_ms = ready
+        if self._wants_load:
+            self.system.on_load(key, kind == DEMAND, issue)
+        return True
+
+    def _advance(self, t: float) -> None:
+        """Start queued prefetches whose start time is <= t, in queue order."""
+        q, ready_ms = self.queue, self.cache.ready_ms
+        while q:
+            key, proposed = q[0]
+            start = self.copy_free_ms if self.copy_free_ms > proposed else proposed
+            if start > t:
+                return
+            q.popleft()
+            if key in ready_ms:
+                continue
+            if not self._load(key, PREFETCH, proposed, start, start):
+                self.rec.prefetch_dropped += 1
+
+    def _set_queue(self, proposal, now: float) -> None:
+        if proposal is not None:
+            self.queue = deque((k, now) for k in proposal if k not in self.cache.ready_ms)
+
+    def _demand(self, key: int, now: float) -> bool:
+        start = self.copy_free_ms if self.copy_free_ms > now else now
+        return self._load(key, DEMAND, now, now, start)
+
+    # ---- main loop --------------------------------------------------------------------------
+    def run(self) -> Recorder:
+        tr, system = self.trace, self.system
+        self.ids, self.cnts, bounds = block_unions(tr)
+        self.bounds = bounds.tolist()
+        self.step_off = tr.step_offsets.tolist()
+        system.bind(SystemContext(
+            num_layers=self.L, num_experts=self.E, top_k=tr.top_k,
+            expert_bytes=self.model.expert_bytes, capacity_slots=self.cache.capacity_slots,
+            capacity_bytes=self.cache.capacity_bytes, max_batch=self.max_batch,
+            moe_layer_stacks=tuple(tr.meta["moe_layer_stacks"]),
+            trace_fields=tuple(f for f in ("weights", "probs", "spec_topk", "embeddings",
+                                           "prompts") if f not in tr.missing_fields()),
+            trace=tr if system.oracle else None))
+        self._preload(system.initial_residents())
+        sched = Scheduler(tr.arrival_ms, tr.output_len, self.max_batch)
+        now, index = 0.0, 0
+        bar = _progress(tr.num_requests, system.name, self.progress)
+        while not sched.done():
+            nxt = sched.next_iteration(now)
+            if nxt is None:
+                now = max(now, sched.next_arrival_ms())
+                continue
+            kind, members = nxt
+            if kind == "prefill":
+                for r, _ in members:
+                    system.on_request_start(self._request(r), now)
+            now = self._iteration(index, kind, members, now)
+            for r in sched.finish_iteration(members):
+                system.on_request_end(self._request(r), now)
+                if bar is not None:
+                    bar.update(1)
+            index += 1
+        if bar is not None:
+            bar.close()
+        self.rec.peak_cache_bytes = self.cache.peak_bytes
+        self.rec.policy_cpu_s = self.policy_s
+        return self.rec
+
+    def _request(self, r: int) -> RequestInfo:
+        tr = self.trace
+        emb = None
+        if tr.embeddings is not None and tr.has_embedding[r]:
+            emb = tr.embeddings[r]
+        return RequestInfo(r, tr.request_ids[r], tr.datasets[r], tr.tasks[r],
+                           int(tr.prompt_len[r]), int(tr.output_len[r]),
+                           float(tr.arrival_ms[r]), emb)
+
+    def _preload(self, keys) -> None:
+        keys = list(dict.fromkeys(int(k) for k in keys))
+        if len(keys) > self.cache.capacity_slots:
+            raise EngineError(f"system {self.system.name} preloads {len(keys)} experts; the "
+                              f"cache holds {self.cache.capacity_slots}")
+        for key in keys:
+            if not 0 <= key < self.L * self.E:
+                raise EngineError(f"system {self.system.name} preloads invalid key {key}")
+            self.cache.reserve(key, 0.0, self.rec.transfer(key, PRELOAD, 0.0, 0.0, 0.0, 0.0))
+
+    def _token_stats(self, members) -> dict[str, tuple[int, int, int]]:
+        """Per stack: (new tokens, KV entries read, attention (query, key) pairs)."""
+        enc_dec = self.model.architecture == "encoder_decoder"
+        stats = {"encoder": [0, 0, 0], "decoder": [0, 0, 0]}
+        for r, s in members:
+            p = int(self.trace.prompt_len[r])
+            if enc_dec:
+                if s == 0:
+                    _add(stats["encoder"], p, p, p * p)
+                _add(stats["decoder"], 1, s + 1 + p, s + 1 + p)
+            elif s == 0:
+                _add(stats["decoder"], p, p, p * (p + 1) // 2)
+            else:
+                _add(stats["decoder"], 1, p + s, p + s)
+        return {k: tuple(v) for k, v in stats.items()}
+
+    def _iteration(self, index: int, kind: str, members, now: float) -> float:
+        start = now
+        info = IterationInfo(index, kind, tuple(members), start)
+        stats = self._token_stats(members)
+        dense_memo: dict[tuple[str, int], float] = {}
+        for layer in self.model.layers:
+            n, kv, pairs = stats[layer.stack]
+            if n == 0:
+                continue
+            memo_key = (layer.stack, layer.dense_params)
+            if memo_key not in dense_memo:
+                dense_memo[memo_key] = self.backend.dense_ms(layer, n, kv, pairs)
+            now += dense_memo[memo_key]
+            if layer.moe_index >= 0:
+                now = self._moe_layer(info, layer.moe_index, members, now)
+        now += self.backend.iteration_ms(len(members))
+        self._advance(now)
+        self.rec.iteration(index, kind, start, now, members)
+        t0 = time.perf_counter()
+        self.system.on_step_end(info, now)
+        self._set_queue(self.system.propose_prefetch(now), now)
+        self.policy_s += time.perf_counter() - t0
+        return now
+
+    def _union(self, members, layer: int):
+        """Union of the members' experts at one layer: (ids, counts, owners, blocks)."""
+        L, ids, cnts, bounds = self.L, self.ids, self.cnts, self.bounds
+        if len(members) == 1:
+            r, s = members[0]
+            b = (self.step_off[r] + s) * L + layer
+            b0, b1 = bounds[b], bounds[b + 1]
+            return ids[b0:b1], cnts[b0:b1], None, {r: b}
+        acc: dict[int, int] = {}
+        owner: dict[int, int] = {}
+        blocks = {}
+        for r, s in members:
+            b = (self.step_off[r] + s) * L + layer
+            blocks[r] = b
+            b0, b1 = bounds[b], bounds[b + 1]
+            for e, c in zip(ids[b0:b1], cnts[b0:b1]):
+                acc[e] = acc.get(e, 0) + c
+                owner.setdefault(e, r)
+        experts = sorted(acc)
+        return experts, [acc[e] for e in experts], owner, blocks
+
+    def _moe_layer(self, info: IterationInfo, layer: int, members, now: float) -> float:
+        if self.queue:
+            self._advance(now)
+        experts, counts, owner, blocks = self._union(members, layer)
+        if not experts:
+            return now
+        t0 = time.perf_counter()
+        self.system.on_layer_routed(
+            LayerRouting(info, layer, experts, counts, self.trace, blocks), now)
+        self._set_queue(self.system.propose_prefetch(now), now)
+        self.policy_s += time.perf_counter() - t0
+        if self.queue:
+            self._advance(now)
+        cache, base = self.cache, layer * self.E
+        ready_ms, in_use = cache.ready_ms, cache.in_use
+        # Run order: ready residents (ascending id), in-flight by ready time, demand fetches.
+        order, late, missing = [], [], []
+        for e, c in zip(experts, counts):
+            key = base + e
+            t = ready_ms.get(key)
+            if t is None:
+                missing.append((e, c))
+                continue
+            in_use.add(key)
+            if t <= now:
+                order.append((e, c, False))
+            else:
+                late.append((t, e, c))
+        if late:
+            late.sort()
+            order.extend((e, c, False) for _, e, c in late)
+        deferred = []
+        for e, c in missing:
+            if not deferred and self._demand(base + e, now):
+                in_use.add(base + e)
+                order.append((e, c, True))
+            else:
+                deferred.append((e, c))
+        now = self._run_experts(order, deferred, base, owner, members[0][0], now, layer)
+        self.rec.block(info.index, layer)
+        return now
+
+    def _run_experts(self, order, deferred, base, owner, first_owner, now, layer) -> float:
+        """Run the layer's experts one at a time; record one access per expert."""
+        cache, rec = self.cache, self.rec
+        ready_ms, transfer_of, in_use = cache.ready_ms, cache.transfer_of, cache.in_use
+        acc_extend, first_use = rec._acc.extend, rec.tr_first_use
+        expert_ms, memo = self.backend.expert_ms, self._expert_ms_memo
+        done_hook = self.system.on_expert_done if self._wants_done else None
+        i = 0
+        while i < len(order) or deferred:
+            if i == len(order):
+                self._set_queue(self.system.propose_prefetch(now), now)
+                self._advance(now)
+                if not self._retry(deferred, order, base, now):
+                    raise EngineError(
+                        f"system {self.system.name}: no victim for a demand fetch at layer "
+                        f"{layer} while the cache is full ({cache.capacity_slots} slots)")
+                continue
+            e, c, is_miss = order[i]
+            i += 1
+            key = base + e
+            ready = ready_ms[key]
+            if ready > now:
+                start, cls = ready, (MISS if is_miss else LATE)
+            else:
+                start, cls = now, (MISS if is_miss else HIT)
+            tid = transfer_of[key]
+            if first_use[tid] < 0:
+                first_use[tid] = rec.n_accesses
+            rec.n_accesses += 1
+            acc_extend((e, cls, tid, now, start, first_owner if owner is None else owner[e]))
+            dur = memo.get(c)
+            if dur is None:
+                dur = memo[c] = expert_ms(c)
+            now = start + dur
+            if self.queue:
+                self._advance(now)
+            in_use.discard(key)
+            if done_hook is not None:
+                done_hook(key, now)
+            if deferred:
+                self._retry(deferred, order, base, now)
+        return now
+
+    def _retry(self, deferred, order, base: int, now: float) -> bool:
+        """Issue deferred demand fetches in order while room allows; True if any issued."""
+        issued = False
+        while deferred and self._demand(base + deferred[0][0], now):
+            e, c = deferred.pop(0)
+            self.cache.in_use.add(base + e)
+            order.append((e, c, True))
+            issued = True
+        return issued
+
+
+def _add(acc: list, n: int, kv: int, pairs: int) -> None:
+    acc[0] += n
+    acc[1] += kv
+    acc[2] += pairs
+
+
+def _progress(total: int, name: str, enabled: bool):
+    if not enabled:
+        return None
+    from tqdm import tqdm
+
+    # disable=None: no bar when stderr is not a terminal (CI logs, captured output).
+    return tqdm(total=total, desc=f"{name}", unit="req", leave=False, disable=None)

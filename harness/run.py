@@ -1,0 +1,153 @@
+"""Build one configuration (model x hardware x system x workload), run it, write the result."""
+
+from __future__ import annotations
+
+import importlib
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+import numpy as np
+
+from harness.backend_sim import SimBackend
+from harness.engine import Engine, EngineError
+from harness.memory import plan_memory
+from harness.metrics import summarize
+from harness.results import (
+    RESULT_SCHEMA_VERSION,
+    canonical_json,
+    config_hash,
+    git_info,
+    package_versions,
+    write_run,
+)
+from harness.specs import SpecError, hardware_spec_from_dict, model_spec_from_dict
+from harness.trace import Trace, read_trace
+from systems.base import System
+
+ALLOWED_TARGET_PREFIXES = ("systems.", "workloads.", "harness.", "analysis.")
+_TRACE_MEMO: dict[str, Trace] = {}  # multirun jobs in one process share generated traces
+
+
+def build_target(node: dict, where: str, base: type | None = None):
+    """Instantiate `_target_` with the node's other keys; only this project's classes."""
+    node = dict(node)
+    target = node.pop("_target_", None)
+    if not isinstance(target, str) or not target.startswith(ALLOWED_TARGET_PREFIXES):
+        raise SpecError(f"{where}._target_: {target!r} is not a class of this project "
+                        f"(allowed prefixes: {', '.join(ALLOWED_TARGET_PREFIXES)})")
+    module, _, name = target.rpartition(".")
+    try:
+        cls = getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError) as exc:
+        raise SpecError(f"{where}._target_: cannot import {target!r} ({exc})") from exc
+    if base is not None and not (isinstance(cls, type) and issubclass(cls, base)):
+        raise SpecError(f"{where}._target_: {target!r} is not a {base.__name__}")
+    try:
+        return cls(**node)
+    except TypeError as exc:
+        raise SpecError(f"{where}: {exc}") from exc
+
+
+def load_routing(cfg: dict, model, split: str, num_requests: int | None = None) -> Trace:
+    """The run's trace: a trace file when `routing` is set, else the synthetic generator."""
+    path = cfg.get("routing") if split == "measure" else cfg.get("calibration_routing")
+    if path:
+        key = f"file:{Path(path).resolve()}"
+        if key not in _TRACE_MEMO:
+            _TRACE_MEMO[key] = read_trace(path)
+        return _TRACE_MEMO[key]
+    workload = dict(cfg["workload"])
+    workload["split"] = split
+    workload["seed"] = int(cfg["seed"])
+    if num_requests is not None:
+        workload["num_requests"] = num_requests
+    key = canonical_json({"model": model.name, "bits": model.expert_bits, **workload})
+    if key not in _TRACE_MEMO:
+        synth_cfg = build_target(workload, "workload")
+        from workloads.synthetic import generate_trace
+
+        _TRACE_MEMO[key] = generate_trace(model, synth_cfg)
+    return _TRACE_MEMO[key]
+
+
+def _trace_info(tr: Trace | None, system: System | None = None) -> dict | None:
+    if tr is None:
+        return None
+    missing = tr.missing_fields()
+    info = {"sha256": tr.content_sha256(), "source": tr.source, "synthetic": tr.synthetic,
+            "routing_source": tr.routing_source, "num_requests": tr.num_requests,
+            "missing_fields": missing}
+    if system is not None:
+        info["missing_fields_used_by_system"] = [f for f in system.uses_fields if f in missing]
+    return info
+
+
+def run_config(cfg: dict) -> dict:
+    """Run one configuration; writes results/<experiment>/<run>/ and returns result.json."""
+    t_wall = time.perf_counter()
+    model = model_spec_from_dict(cfg["model"], "model")
+    hw = hardware_spec_from_dict(cfg["hardware"], "hardware")
+    system = build_target(cfg["system"], "system", System)
+    max_batch = int(cfg["max_batch"])
+    if max_batch < 1:
+        raise SpecError(f"max_batch: must be >= 1, got {max_batch}")
+    trace = load_routing(cfg, model, "measure")
+    max_ctx = int(np.max(trace.prompt_len.astype(np.int64) + trace.output_len))
+    plan = plan_memory(model, hw, max_ctx, max_batch, cfg.get("expert_cache_gb"))
+    calib = None
+    result = {
+        "schema_version": RESULT_SCHEMA_VERSION,
+        "run_id": config_hash(cfg)[:16],
+        "experiment": cfg.get("experiment_name"), "run_name": cfg.get("run_name"),
+        "config": cfg, "config_sha256": config_hash(cfg),
+        "git": git_info(), "packages": package_versions(), "seed": int(cfg["seed"]),
+        "backend": "sim", "simulated": True,
+        "model": model.summary(), "hardware": hw.name, "system": system.describe(),
+        "memory": plan.as_dict(), "status": "valid", "reason": None, "metrics": None,
+    }
+    tables, warmup_s, run_s = None, 0.0, 0.0
+    t_engine = time.perf_counter()
+    if plan.available_bytes <= 0:
+        result["status"], result["reason"] = "oom", (
+            f"dense weights, KV cache and reserve need more than {hw.gpu_mem_gb} GiB")
+    elif getattr(system, "needs_all_experts", False) and (
+            plan.expert_cache_bytes < model.total_expert_bytes):
+        result["status"], result["reason"] = "oom", (
+            f"all experts need {model.total_expert_bytes / 2**30:.2f} GiB; the GPU leaves "
+            f"{plan.expert_cache_bytes / 2**30:.2f} GiB for them")
+    else:
+        if type(system).warmup is not System.warmup:
+            calib = load_routing(cfg, model, "calibration", cfg.get("calibration_requests"))
+        engine = Engine(model, SimBackend(model, hw), trace, system, plan.expert_cache_bytes,
+                        max_batch, progress=bool(cfg.get("progress", False)))
+        try:
+            if calib is not None:
+                t_warm = time.perf_counter()
+                system.warmup(calib)
+                warmup_s = time.perf_counter() - t_warm
+            t_run = time.perf_counter()
+            rec = engine.run()
+            run_s = time.perf_counter() - t_run
+        except (EngineError, ValueError) as exc:
+            result["status"], result["reason"] = "failed", f"{type(exc).__name__}: {exc}"
+        else:
+            tables = rec.tables()
+            result["metrics"] = summarize(tables, trace.arrival_ms, model.expert_bytes)
+            result["metrics"]["peak_expert_cache_bytes"] = int(rec.peak_cache_bytes)
+            result["metrics"]["prefetches_dropped"] = int(rec.prefetch_dropped)
+            result["system"] = system.describe()
+    result["trace"] = _trace_info(trace, system)
+    result["calibration_trace"] = _trace_info(calib)
+    engine_s = time.perf_counter() - t_engine
+    n_acc = result["metrics"]["accesses"] if result["metrics"] else 0
+    result["timing"] = {
+        "created_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "wall_s": time.perf_counter() - t_wall, "engine_s": engine_s, "warmup_s": warmup_s,
+        "engine_run_s": run_s, "accesses_per_s": n_acc / run_s if run_s > 0 else None,
+        "policy_cpu_s": engine.policy_s if tables is not None else None,
+    }
+    run_dir = Path(cfg["results_dir"]) / str(cfg["experiment_name"]) / str(cfg["run_name"])
+    write_run(run_dir, result, tables)
+    result["_run_dir"] = str(run_dir)
+    return result

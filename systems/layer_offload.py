@@ -1,0 +1,62 @@
+"""layer_offload: DeepSpeed ZeRO-Inference style parameter offload, expert-agnostic.
+
+Whole MoE layers are the unit. The first layers that fit the budget (keeping room for two
+streamed layers) stay resident for the whole run; every other layer is streamed in whole,
+all of its experts whether routed to or not, and the next streamed layer is fetched while
+this one computes. Streamed experts are evicted oldest-loaded first.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+
+from systems.base import System
+
+
+class LayerOffload(System):
+    name = "layer_offload"
+    label = "DeepSpeed ZeRO-Inference style (whole layers streamed, routing ignored)"
+
+    def __init__(self, stream_buffer_layers: int = 2):
+        self.stream_buffer_layers = stream_buffer_layers
+
+    def bind(self, ctx):
+        super().bind(ctx)
+        L, E = ctx.num_layers, ctx.num_experts
+        fit = (ctx.capacity_slots - self.stream_buffer_layers * E) // E
+        self.n_resident = max(0, min(L, fit))
+        self.streamed = list(range(self.n_resident, L))
+        self.fifo: OrderedDict[int, None] = OrderedDict()  # streamed keys, oldest load first
+        self.proposal: list[int] | None = None
+
+    def initial_residents(self) -> list[int]:
+        return list(range(self.n_resident * self.ctx.num_experts))
+
+    def _layer_keys(self, layer: int) -> list[int]:
+        E = self.ctx.num_experts
+        return list(range(layer * E, (layer + 1) * E))
+
+    def on_layer_routed(self, routing, now_ms):
+        if not self.streamed:
+            return
+        layer = routing.layer
+        later = [s for s in self.streamed if s > layer]
+        nxt = later[0] if later else self.streamed[0]  # wraps to the next iteration
+        keys = self._layer_keys(layer) if layer >= self.n_resident else []
+        self.proposal = keys + self._layer_keys(nxt)
+
+    def propose_prefetch(self, now_ms):
+        proposal, self.proposal = self.proposal, None
+        return proposal
+
+    def on_load(self, key, demand, now_ms):
+        self.fifo[key] = None
+
+    def choose_victim(self, candidates, incoming, demand, now_ms):
+        if not candidates.full:
+            return None
+        for key in self.fifo:
+            if key in candidates:
+                del self.fifo[key]
+                return key
+        return None

@@ -1,0 +1,88 @@
+"""lru: Mixtral-Offloading (Eliseev & Mazur 2023): a per-layer LRU cache of
+`slots_per_layer` experts plus speculative prefetch of the next layer's experts, guessed by
+applying the next layer's router to this layer's hidden state (trace field `spec_topk`).
+
+slots_per_layer = floor(cache slots / MoE layers) unless set. Without `spec_topk` in the
+trace the system runs without speculative prefetch (LRU only) and the result lists the field
+as missing. Guesses are ordered by how many tokens voted for them and capped at the slots of
+the next layer, since more would evict each other.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+
+import numpy as np
+
+from systems.base import System
+
+
+class LRU(System):
+    name = "lru"
+    label = "Mixtral-Offloading (per-layer LRU + speculative next-layer prefetch)"
+    uses_fields = ("spec_topk",)
+
+    def __init__(self, slots_per_layer: int | None = None, speculative: bool = True):
+        self.slots_per_layer_cfg = slots_per_layer
+        self.speculative = speculative
+
+    def bind(self, ctx):
+        super().bind(ctx)
+        slots = self.slots_per_layer_cfg or ctx.capacity_slots // ctx.num_layers
+        if slots < 1:
+            raise ValueError(f"lru: the cache ({ctx.capacity_slots} experts) cannot hold one "
+                             f"expert per layer ({ctx.num_layers} layers)")
+        self.slots_per_layer = min(slots, ctx.num_experts)
+        self.layers = [OrderedDict() for _ in range(ctx.num_layers)]  # key -> None, LRU first
+        self.proposal: list[int] | None = None
+        self.use_spec = self.speculative and "spec_topk" in ctx.trace_fields
+
+    def on_layer_routed(self, routing, now_ms):
+        layer, E = routing.layer, self.ctx.num_experts
+        lru = self.layers[layer]
+        for e in routing.experts:
+            key = layer * E + e
+            if key in lru:
+                lru.move_to_end(key)
+        nxt = layer + 1
+        if not self.use_spec:
+            return
+        if nxt >= self.ctx.num_layers:
+            self.proposal = []  # clear stale guesses at the last layer
+            return
+        guesses = [routing.spec_guess(r) for r in routing.per_request()]  # [n_tokens, k] each
+        if sum(len(g) for g in guesses) == 1:  # decode at batch 1: k guesses, one vote each
+            ranked = sorted(int(e) for e in guesses[0][0] if e < E)
+        else:
+            votes = np.zeros(E + 1, dtype=np.int64)  # tokens guessing each expert; E = none
+            for g in guesses:
+                votes += np.bincount(g.ravel(), minlength=E + 1)
+            votes = votes[:E]
+            # Most-voted first, ties by lowest id (stable sort on descending votes).
+            ranked = [int(e) for e in np.argsort(-votes, kind="stable") if votes[e] > 0]
+        self.proposal = [nxt * E + e for e in ranked[: self.slots_per_layer]]
+
+    def propose_prefetch(self, now_ms):
+        proposal, self.proposal = self.proposal, None
+        return proposal
+
+    def on_load(self, key, demand, now_ms):
+        self.layers[key // self.ctx.num_experts][key] = None
+
+    def choose_victim(self, candidates, incoming, demand, now_ms):
+        lru = self.layers[incoming // self.ctx.num_experts]
+        if len(lru) >= self.slots_per_layer or candidates.full:
+            for key in lru:
+                if key in candidates:
+                    del lru[key]
+                    return key
+        if candidates.full:
+            # Every expert of this layer is in use (a step routed to more experts than the
+            # layer's slots): borrow the least recent slot of the layer furthest over quota.
+            by_excess = sorted((d for d in self.layers if d is not lru), key=len, reverse=True)
+            for other in by_excess:
+                for key in other:
+                    if key in candidates:
+                        del other[key]
+                        return key
+        return None

@@ -1,0 +1,1 @@
+"""Workloads: requests, prompts, arrivals and routing sources (synthetic by default)."""
