@@ -298,14 +298,21 @@ class Engine:
         return now
 
     def _retry(self, deferred, order, base: int, now: float) -> bool:
-        """Issue deferred demand fetches in order while room allows; True if any issued."""
-        issued = False
-        while deferred and self._demand(base + deferred[0][0], now):
-            e, c = deferred.pop(0)
-            self.cache.in_use.add(base + e)
-            order.append((e, c, True))
-            issued = True
-        return issued
+        """Issue deferred demand fetches in order while room allows; True if any progressed."""
+        progressed = False
+        while deferred:
+            e, c = deferred[0]
+            key = base + e
+            if key in self.cache.ready_ms:  # a queued prefetch brought it in meanwhile
+                order.append((e, c, False))
+            elif self._demand(key, now):
+                order.append((e, c, True))
+            else:
+                break
+            deferred.pop(0)
+            self.cache.in_use.add(key)
+            progressed = True
+        return progressed
 
 
 def _add(acc: list, n: int, kv: int, pairs: int) -> None:

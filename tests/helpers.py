@@ -1,0 +1,72 @@
+"""Small builders shared by the tests: tiny model specs, fixed-cost backends, random traces."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from harness.specs import model_spec_from_dict
+from harness.trace import trace_from_routing
+
+
+def tiny_model(layers: int = 3, experts: int = 4, top_k: int = 2, name: str = "tiny"):
+    """A decoder-only model with every layer MoE; sizes are small round numbers."""
+    return model_spec_from_dict({
+        "name": name, "display_name": name, "hf_id": "none/tiny", "architecture": "decoder",
+        "num_layers": layers, "moe_first_layer": 0, "moe_every": 1, "num_experts": experts,
+        "num_shared_experts": 0, "top_k": top_k, "hidden_size": 64, "expert_ffn_size": 128,
+        "ffn_matrices": 2, "attention_params_per_layer": 4096, "vocab_size": 100,
+        "tie_embeddings": True, "kv_elems_per_token_per_layer": 128, "expert_bits": 16,
+        "dense_bits": 16})
+
+
+class FixedBackend:
+    """Constant durations so timelines can be worked out by hand."""
+
+    name = "fixed"
+
+    def __init__(self, dense_ms=1.0, expert_ms=1.0, copy_ms=2.0, iteration_ms=0.0):
+        self._dense, self._expert, self._iter = dense_ms, expert_ms, iteration_ms
+        self.expert_copy_ms = copy_ms
+
+    def dense_ms(self, layer, n_tokens, kv_tokens, attn_pairs):
+        return self._dense
+
+    def expert_ms(self, n_tokens):
+        return self._expert
+
+    def iteration_ms(self, n_sequences):
+        return self._iter
+
+
+def meta_for(model) -> dict:
+    return {"num_moe_layers": model.num_moe_layers, "num_experts": model.num_experts,
+            "top_k": model.top_k, "moe_layer_stacks": list(model.moe_layer_stacks),
+            "routing_source": "test", "synthetic": True}
+
+
+def random_trace(model, n_requests: int, prompt_len: int, output_len: int, seed: int,
+                 with_spec: bool = False):
+    """Uniform random top-k routing (test input only)."""
+    rng = np.random.default_rng(seed)
+    L, E, k = model.num_moe_layers, model.num_experts, model.top_k
+    reqs = []
+    for r in range(n_requests):
+        routing = [[[rng.choice(E, k, replace=False) for _ in range(prompt_len if s == 0 else 1)]
+                    for _ in range(L)] for s in range(output_len)]
+        reqs.append({"id": f"r{r}", "dataset": "test", "task": f"t{r % 2}",
+                     "prompt_len": prompt_len, "output_len": output_len, "arrival_ms": 0.0,
+                     "routing": routing})
+    tr = trace_from_routing(meta_for(model), reqs)
+    if with_spec:
+        # Next-layer guess = the true routing of the same token at layer + 1 (perfect guesses);
+        # block g * L + layer is followed by the same step's next layer at block + 1.
+        spec = np.full_like(tr.topk, E)
+        off = tr.block_offsets
+        for g in range(int(tr.step_offsets[-1])):
+            for layer in range(L - 1):
+                b = g * L + layer
+                spec[off[b]:off[b + 1]] = tr.topk[off[b + 1]:off[b + 2]]
+        tr.spec_topk = spec
+        tr._sha = None
+        tr.validate()
+    return tr

@@ -1,0 +1,169 @@
+"""Engine mechanics: a hand-computed timeline, invariants, and the online guarantee."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from helpers import FixedBackend, meta_for, random_trace, tiny_model
+
+from harness.engine import Engine
+from harness.recorder import DEMAND, HIT, LATE, MISS, PREFETCH
+from harness.trace import trace_from_routing
+from systems.base import System
+from systems.layer_offload import LayerOffload
+from systems.lru import LRU
+from systems.on_demand import OnDemand
+from systems.oracle import Oracle
+
+
+class Scripted(System):
+    """Proposes fixed prefetch lists at given (iteration, layer) points."""
+
+    name = "scripted"
+
+    def __init__(self, script):
+        self.script, self.pending = script, None
+
+    def on_layer_routed(self, routing, now_ms):
+        self.pending = self.script.get((routing.iteration.index, routing.layer))
+
+    def propose_prefetch(self, now_ms):
+        out, self.pending = self.pending, None
+        return out
+
+
+def test_two_layer_timeline_by_hand():
+    # 2 MoE layers, 4 experts, top-1; one request: prefill of 1 token then 1 decode step.
+    # Dense 1 ms, expert 1 ms, copy 2.5 ms. Keys: layer * 4 + expert.
+    model = tiny_model(layers=2, experts=4, top_k=1)
+    req = {"id": "a", "prompt_len": 1, "output_len": 2, "arrival_ms": 0.0,
+           "routing": [[[[0]], [[3]]], [[[0]], [[2]]]]}
+    trace = trace_from_routing(meta_for(model), [req])
+    system = Scripted({(0, 0): [6, 7]})  # at iteration 0, layer 0: prefetch (1,2) then (1,3)
+    engine = Engine(model, FixedBackend(copy_ms=2.5), trace, system,
+                    capacity_bytes=8 * model.expert_bytes)
+    t = engine.run().tables()
+    # Worked by hand:
+    # t=0..1 dense L0. Routing at 1: queue [6, 7]; copy engine idle -> 6 starts at 1, ready 3.5.
+    # Expert 0 missing: demand goes ahead of queued 7 but cannot preempt 6: start 3.5, ready 6.
+    # Expert 0 runs 6..7 (stall 5). At 6 the copy engine frees: 7 starts at 6, ready 8.5.
+    # Dense L1 7..8. Expert 3 (key 7) is in flight: late, runs 8.5..9.5 (stall 0.5).
+    # Iteration 1: dense L0 9.5..10.5, expert 0 hit 10.5..11.5; dense L1 11.5..12.5;
+    # expert 2 (key 6, prefetched during iteration 0's compute) hit 12.5..13.5.
+    tr = t["transfers"]
+    assert tr["key"].tolist() == [6, 0, 7]
+    assert tr["kind"].tolist() == [PREFETCH, DEMAND, PREFETCH]
+    assert tr["start_ms"].tolist() == [1.0, 3.5, 6.0]
+    assert tr["ready_ms"].tolist() == [3.5, 6.0, 8.5]
+    assert tr["issue_ms"].tolist() == [1.0, 1.0, 6.0]
+    acc = t["accesses"]
+    assert acc["layer"].tolist() == [0, 1, 0, 1]
+    assert acc["expert"].tolist() == [0, 3, 0, 2]
+    assert acc["class"].tolist() == [MISS, LATE, HIT, HIT]
+    assert acc["need_ms"].tolist() == [1.0, 8.0, 10.5, 12.5]
+    assert acc["start_ms"].tolist() == [6.0, 8.5, 10.5, 12.5]
+    assert acc["stall_ms"].tolist() == [5.0, 0.5, 0.0, 0.0]
+    assert t["tokens"]["time_ms"].tolist() == [9.5, 13.5]
+
+
+def _check_timeline(tables, capacity_slots):
+    acc, tr = tables["accesses"], tables["transfers"]
+    loads = tr["kind"] != 2
+    # Every access runs only once its expert is resident.
+    assert np.all(acc["start_ms"] >= acc["ready_ms"])
+    assert np.all(acc["start_ms"] >= acc["need_ms"])
+    # One copy engine: copies never overlap, each starts no earlier than it was issued.
+    starts, readies = tr["start_ms"][loads], tr["ready_ms"][loads]
+    order = np.argsort(starts, kind="stable")
+    assert np.all(starts[order][1:] >= readies[order][:-1] - 1e-9)
+    assert np.all(tr["start_ms"] >= tr["issue_ms"])
+    # A demand fetch never waits for a prefetch that started after the demand was issued.
+    for i in np.flatnonzero(tr["kind"] == DEMAND):
+        later = (tr["kind"] == PREFETCH) & (tr["start_ms"] > tr["issue_ms"][i]) & (
+            tr["start_ms"] < tr["start_ms"][i])
+        assert not later.any()
+    # Occupancy (slots reserved at issue, freed at eviction) never exceeds the budget.
+    events = [(t_, 1) for t_ in tr["issue_ms"]] + [
+        (t_, -1) for t_ in tr["evict_ms"] if not np.isnan(t_)]
+    level = 0
+    for _, d in sorted(events, key=lambda e: (e[0], e[1])):
+        level += d
+        assert level <= capacity_slots
+
+
+@pytest.mark.parametrize("make", [OnDemand, LRU, LayerOffload, Oracle])
+@pytest.mark.parametrize("slots", [3, 5, 12])
+def test_invariants_hold_even_below_one_layer(make, slots):
+    # 4 experts, top-2, prompt of 3 tokens: a prefill step can need all 4 experts of a layer,
+    # more than 3 slots, so the engine must still make progress one expert at a time.
+    model = tiny_model(layers=3, experts=4, top_k=2)
+    trace = random_trace(model, n_requests=3, prompt_len=3, output_len=4, seed=slots,
+                         with_spec=True)
+    if make is LRU and slots < model.num_moe_layers:
+        pytest.skip("lru needs one slot per layer")
+    engine = Engine(model, FixedBackend(), trace, make(), slots * model.expert_bytes)
+    rec = engine.run()
+    engine.cache.check_invariants()
+    assert not engine.cache.in_use and not engine.cache.pinned
+    assert engine.cache.peak_slots <= slots
+    t = rec.tables()
+    _check_timeline(t, slots)
+    # Every (iteration, layer) union is accessed exactly once per expert.
+    acc = t["accesses"]
+    keys = set(zip(acc["iteration"].tolist(), acc["layer"].tolist(), acc["expert"].tolist()))
+    assert len(keys) == len(acc["expert"])
+
+
+@pytest.mark.parametrize("make", [OnDemand, LRU, LayerOffload])
+def test_online_systems_do_not_see_future_routing(make):
+    # Two traces equal up to request 1's step 2; every decision made before that routing is
+    # revealed (transfers issued, accesses recorded) must be identical.
+    model = tiny_model(layers=3, experts=6, top_k=2)
+    a = random_trace(model, n_requests=2, prompt_len=2, output_len=5, seed=1, with_spec=True)
+    b = random_trace(model, n_requests=2, prompt_len=2, output_len=5, seed=1, with_spec=True)
+    L = model.num_moe_layers
+    first_changed_block = (int(b.step_offsets[1]) + 2) * L
+    row0 = int(b.block_offsets[first_changed_block])
+    b.topk[row0:] = (b.topk[row0:] + 1) % model.num_experts
+    b.spec_topk[row0:] = np.where(b.spec_topk[row0:] < model.num_experts,
+                                  (b.spec_topk[row0:] + 1) % model.num_experts,
+                                  b.spec_topk[row0:])
+    b._sha = None
+    b.validate()
+    cap = 7 * model.expert_bytes
+    ta = Engine(model, FixedBackend(), a, make(), cap).run().tables()
+    tb = Engine(model, FixedBackend(), b, make(), cap).run().tables()
+    # Time the changed routing is revealed: the need time of that block's first access.
+    it_b = tb["accesses"]["iteration"]
+    req_b, step_b = tb["accesses"]["request"], tb["accesses"]["step"]
+    changed = (req_b == 1) & (step_b >= 2)
+    t_reveal = float(tb["accesses"]["need_ms"][changed].min())
+    assert it_b[changed].min() > 0
+    for name, col in (("transfers", "issue_ms"), ("accesses", "need_ms")):
+        ma, mb = ta[name][col] < t_reveal, tb[name][col] < t_reveal
+        assert ma.sum() == mb.sum() > 0
+        for key in ta[name]:
+            if key in ("evict_ms", "first_use_access"):  # these record later events
+                continue
+            assert np.array_equal(ta[name][key][ma], tb[name][key][mb]), (name, key)
+    assert ta["transfers"]["issue_ms"].size != tb["transfers"]["issue_ms"].size or not (
+        np.array_equal(ta["accesses"]["expert"], tb["accesses"]["expert"]))
+
+
+def test_only_oracle_systems_receive_the_trace():
+    model = tiny_model()
+    trace = random_trace(model, 1, 2, 2, seed=0)
+    seen = {}
+
+    class Probe(System):
+        name = "probe"
+
+        def bind(self, ctx):
+            super().bind(ctx)
+            seen[type(self).oracle] = ctx.trace
+
+    Engine(model, FixedBackend(), trace, Probe(), 8 * model.expert_bytes).run()
+    assert seen[False] is None
+    Probe.oracle = True
+    Engine(model, FixedBackend(), trace, Probe(), 8 * model.expert_bytes).run()
+    assert seen[True] is trace
