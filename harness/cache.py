@@ -116,6 +116,16 @@ class Candidates:
         return (t is not None and t <= self._now and key not in cache.in_use
                 and key not in cache.pinned)
 
+    def first_of(self, keys) -> int | None:
+        """The first evictable key of `keys` (a policy's priority order), or None."""
+        cache, now = self._cache, self._now
+        ready_ms, in_use, pinned = cache.ready_ms, cache.in_use, cache.pinned
+        for key in keys:
+            t = ready_ms.get(key)
+            if t is not None and t <= now and key not in in_use and key not in pinned:
+                return key
+        return None
+
     def __iter__(self):
         return iter(sorted(k for k in self._cache.ready_ms if self._cache.evictable(k, self._now)))
 

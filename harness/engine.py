@@ -18,7 +18,7 @@ from collections import deque
 from harness.cache import ExpertCache
 from harness.recorder import DEMAND, HIT, LATE, MISS, PREFETCH, PRELOAD, Recorder
 from harness.schedule import Scheduler
-from harness.trace import block_unions
+from harness.trace import BlockIndex
 from systems.base import IterationInfo, LayerRouting, RequestInfo, System, SystemContext
 
 
@@ -87,7 +87,8 @@ class Engine:
 
     def _set_queue(self, proposal, now: float) -> None:
         if proposal is not None:
-            self.queue = deque((k, now) for k in proposal if k not in self.cache.ready_ms)
+            ready_ms = self.cache.ready_ms
+            self.queue = deque([(k, now) for k in proposal if k not in ready_ms])
 
     def _demand(self, key: int, now: float) -> bool:
         start = self.copy_free_ms if self.copy_free_ms > now else now
@@ -96,9 +97,7 @@ class Engine:
     # ---- main loop --------------------------------------------------------------------------
     def run(self) -> Recorder:
         tr, system = self.trace, self.system
-        self.ids, self.cnts, bounds = block_unions(tr)
-        self.bounds = bounds.tolist()
-        self.step_off = tr.step_offsets.tolist()
+        self.index = BlockIndex(tr)
         system.bind(SystemContext(
             num_layers=self.L, num_experts=self.E, top_k=tr.top_k,
             expert_bytes=self.model.expert_bytes, capacity_slots=self.cache.capacity_slots,
@@ -191,85 +190,70 @@ class Engine:
         self.policy_s += time.perf_counter() - t0
         return now
 
-    def _union(self, members, layer: int):
-        """Union of the members' experts at one layer: (ids, counts, owners, blocks)."""
-        L, ids, cnts, bounds = self.L, self.ids, self.cnts, self.bounds
-        if len(members) == 1:
-            r, s = members[0]
-            b = (self.step_off[r] + s) * L + layer
-            b0, b1 = bounds[b], bounds[b + 1]
-            return ids[b0:b1], cnts[b0:b1], None, {r: b}
-        acc: dict[int, int] = {}
-        owner: dict[int, int] = {}
-        blocks = {}
-        for r, s in members:
-            b = (self.step_off[r] + s) * L + layer
-            blocks[r] = b
-            b0, b1 = bounds[b], bounds[b + 1]
-            for e, c in zip(ids[b0:b1], cnts[b0:b1]):
-                acc[e] = acc.get(e, 0) + c
-                owner.setdefault(e, r)
-        experts = sorted(acc)
-        return experts, [acc[e] for e in experts], owner, blocks
-
     def _moe_layer(self, info: IterationInfo, layer: int, members, now: float) -> float:
         if self.queue:
             self._advance(now)
-        experts, counts, owner, blocks = self._union(members, layer)
+        index = self.index
+        if len(members) == 1:  # batch 1: the block's own union, precomputed
+            r, s = members[0]
+            b = (index.step_off[r] + s) * self.L + layer
+            blocks = {r: b}
+            b0, b1 = index.bounds[b], index.bounds[b + 1]
+            experts, counts, owner = index.ids[b0:b1], index.cnts[b0:b1], None
+        else:
+            blocks = {r: index.block(r, s, layer) for r, s in members}
+            experts, counts, owner = index.union(blocks)
         if not experts:
             return now
         t0 = time.perf_counter()
-        self.system.on_layer_routed(
-            LayerRouting(info, layer, experts, counts, self.trace, blocks), now)
+        self.system.on_layer_routed(LayerRouting(info, layer, experts, counts, index, blocks), now)
         self._set_queue(self.system.propose_prefetch(now), now)
         self.policy_s += time.perf_counter() - t0
-        if self.queue:
+        queue = self.queue
+        if queue:
             self._advance(now)
         cache, base = self.cache, layer * self.E
         ready_ms, in_use = cache.ready_ms, cache.in_use
         # Run order: ready residents (ascending id), in-flight by ready time, demand fetches.
-        order, late, missing = [], [], []
+        order, late, missing = [], None, None
         for e, c in zip(experts, counts):
             key = base + e
             t = ready_ms.get(key)
             if t is None:
+                if missing is None:
+                    missing = []
                 missing.append((e, c))
-                continue
-            in_use.add(key)
-            if t <= now:
+            elif t <= now:
                 order.append((e, c, False))
+                in_use.add(key)
             else:
+                if late is None:
+                    late = []
                 late.append((t, e, c))
+                in_use.add(key)
         if late:
             late.sort()
             order.extend((e, c, False) for _, e, c in late)
         deferred = []
-        for e, c in missing:
-            if not deferred and self._demand(base + e, now):
-                in_use.add(base + e)
-                order.append((e, c, True))
-            else:
-                deferred.append((e, c))
-        now = self._run_experts(order, deferred, base, owner, members[0][0], now, layer)
-        self.rec.block(info.index, layer)
-        return now
-
-    def _run_experts(self, order, deferred, base, owner, first_owner, now, layer) -> float:
-        """Run the layer's experts one at a time; record one access per expert."""
-        cache, rec = self.cache, self.rec
-        ready_ms, transfer_of, in_use = cache.ready_ms, cache.transfer_of, cache.in_use
-        acc_extend, first_use = rec._acc.extend, rec.tr_first_use
-        expert_ms, memo = self.backend.expert_ms, self._expert_ms_memo
+        if missing:
+            for e, c in missing:
+                if not deferred and self._demand(base + e, now):
+                    in_use.add(base + e)
+                    order.append((e, c, True))
+                else:
+                    deferred.append((e, c))
+        rec = self.rec
+        acc, first_use = rec._acc, rec.tr_first_use
+        transfer_of = cache.transfer_of
+        memo = self._expert_ms_memo
         done_hook = self.system.on_expert_done if self._wants_done else None
-        i = 0
-        while i < len(order) or deferred:
-            if i == len(order):
-                self._set_queue(self.system.propose_prefetch(now), now)
-                self._advance(now)
-                if not self._retry(deferred, order, base, now):
-                    raise EngineError(
-                        f"system {self.system.name}: no victim for a demand fetch at layer "
-                        f"{layer} while the cache is full ({cache.capacity_slots} slots)")
+        first_owner = members[0][0]
+        # One access per expert, run one at a time on the compute stream.
+        i, n = 0, len(order)
+        while i < n or deferred:
+            if i == n:
+                self._unblock(deferred, order, base, now, layer)
+                queue, n = self.queue, len(order)
                 continue
             e, c, is_miss = order[i]
             i += 1
@@ -281,21 +265,31 @@ class Engine:
                 start, cls = now, (MISS if is_miss else HIT)
             tid = transfer_of[key]
             if first_use[tid] < 0:
-                first_use[tid] = rec.n_accesses
-            rec.n_accesses += 1
-            acc_extend((e, cls, tid, now, start, first_owner if owner is None else owner[e]))
+                first_use[tid] = len(acc) // 6
+            acc.extend((e, cls, tid, now, start, first_owner if owner is None else owner[e]))
             dur = memo.get(c)
             if dur is None:
-                dur = memo[c] = expert_ms(c)
+                dur = memo[c] = self.backend.expert_ms(c)
             now = start + dur
-            if self.queue:
+            if queue:
                 self._advance(now)
             in_use.discard(key)
             if done_hook is not None:
                 done_hook(key, now)
             if deferred:
                 self._retry(deferred, order, base, now)
+                n = len(order)
+        rec.block(info.index, layer)
         return now
+
+    def _unblock(self, deferred, order, base: int, now: float, layer: int) -> None:
+        """Every runnable expert has run and demand fetches still wait: ask the system again."""
+        self._set_queue(self.system.propose_prefetch(now), now)
+        self._advance(now)
+        if not self._retry(deferred, order, base, now):
+            raise EngineError(
+                f"system {self.system.name}: no victim for a demand fetch at layer {layer} "
+                f"while the cache is full ({self.cache.capacity_slots} slots)")
 
     def _retry(self, deferred, order, base: int, now: float) -> bool:
         """Issue deferred demand fetches in order while room allows; True if any progressed."""

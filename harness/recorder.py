@@ -20,8 +20,7 @@ _TR_COLS = 6  # key, kind, proposed ms, issue ms, start ms, ready ms
 class Recorder:
     def __init__(self, expert_bytes: int):
         self.expert_bytes = expert_bytes
-        self._acc: list = []
-        self.n_accesses = 0
+        self._acc: list = []  # flat, _ACC_COLS values per access
         self._blocks: list = []  # iteration, layer, end access index
         self._tr: list = []
         self.tr_first_use: list[int] = []  # first access index served by the copy, -1 unused
@@ -36,12 +35,11 @@ class Recorder:
     def access(self, expert: int, cls: int, tid: int, need_ms: float, start_ms: float,
                owner: int) -> None:
         if self.tr_first_use[tid] < 0:
-            self.tr_first_use[tid] = self.n_accesses
-        self.n_accesses += 1
+            self.tr_first_use[tid] = len(self._acc) // _ACC_COLS
         self._acc.extend((expert, cls, tid, need_ms, start_ms, owner))
 
     def block(self, iteration: int, layer: int) -> None:
-        self._blocks.extend((iteration, layer, self.n_accesses))
+        self._blocks.extend((iteration, layer, len(self._acc) // _ACC_COLS))
 
     def transfer(self, key: int, kind: int, proposed: float, issue: float, start: float,
                  ready: float) -> int:
@@ -61,7 +59,7 @@ class Recorder:
     # ---- tables -------------------------------------------------------------------------------
     @property
     def num_accesses(self) -> int:
-        return self.n_accesses
+        return len(self._acc) // _ACC_COLS
 
     def tables(self) -> dict[str, dict[str, np.ndarray]]:
         """Column arrays for accesses, transfers, iterations and members."""

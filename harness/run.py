@@ -41,7 +41,11 @@ def build_target(node: dict, where: str, base: type | None = None):
         cls = getattr(importlib.import_module(module), name)
     except (ImportError, AttributeError) as exc:
         raise SpecError(f"{where}._target_: cannot import {target!r} ({exc})") from exc
-    if base is not None and not (isinstance(cls, type) and issubclass(cls, base)):
+    # A name re-exported by a project module (harness.run.Path) is not a project class.
+    if not isinstance(cls, type) or not f"{cls.__module__}.".startswith(ALLOWED_TARGET_PREFIXES):
+        raise SpecError(f"{where}._target_: {target!r} is not a class of this project "
+                        f"(it is {getattr(cls, '__module__', '?')}.{name})")
+    if base is not None and not issubclass(cls, base):
         raise SpecError(f"{where}._target_: {target!r} is not a {base.__name__}")
     try:
         return cls(**node)

@@ -15,6 +15,7 @@ import io
 import json
 import os
 import zipfile
+import zlib
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -153,6 +154,13 @@ def _locate_row(tr: Trace, row: int) -> tuple[int, int, int]:
 
 
 def validate(tr: Trace) -> None:
+    for key in ("num_moe_layers", "num_experts", "top_k"):
+        value = tr.meta.get(key)
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+            raise _fail(tr, f"field 'meta.{key}': expected a positive integer, got {value!r}")
+    stacks = tr.meta.get("moe_layer_stacks")
+    if not isinstance(stacks, (list, tuple)) or not set(stacks) <= {"encoder", "decoder"}:
+        raise _fail(tr, "field 'meta.moe_layer_stacks': expected a list of 'encoder'/'decoder'")
     meta, L, E, k = tr.meta, tr.num_layers, tr.num_experts, tr.top_k
     R = len(tr.request_ids)
     for name in ("datasets", "tasks"):
@@ -241,13 +249,17 @@ def _expected_counts(tr: Trace, S: int) -> np.ndarray:
 
 
 def _check_ids(tr: Trace, arr: np.ndarray, name: str, E: int, sentinel_ok: bool) -> None:
+    if arr.dtype.kind not in "iu":
+        raise _fail(tr, f"field '{name}': dtype {arr.dtype}, expected integer expert ids")
     limit = E + 1 if sentinel_ok else E
-    over = np.flatnonzero((arr >= limit).any(axis=1)) if arr.size else np.empty(0, int)
+    bad = (arr >= limit) | (arr < 0)  # signed arrays from other writers may hold -1
+    over = np.flatnonzero(bad.any(axis=1)) if arr.size else np.empty(0, int)
     if over.size:
         row = int(over[0])
         r, s, lay = _locate_row(tr, row)
+        value = int(arr[row][bad[row]][0])
         raise _fail(tr, f"field '{name}': step {s} layer {lay}: expert id "
-                        f"{int(arr[row].max())} out of range [0, {E})", r)
+                        f"{value} out of range [0, {limit})", r)
 
 
 def trace_from_routing(meta: dict, requests: list[dict], source: str = "<memory>") -> Trace:
@@ -282,27 +294,73 @@ def trace_from_routing(meta: dict, requests: list[dict], source: str = "<memory>
     return tr.validate()
 
 
-def block_unions(trace) -> tuple[list[int], list[int], np.ndarray]:
+def block_unions(trace, arr: np.ndarray | None = None) -> tuple[list[int], list[int], np.ndarray]:
     """Per trace block (global step * L + layer): ascending expert ids and token counts.
 
-    Returns flat python lists of ids and counts plus bounds [n_blocks + 1] into them.
+    `arr` defaults to trace.topk; ids >= E (the spec_topk sentinel) are dropped. Returns flat
+    python lists of ids and counts plus bounds [n_blocks + 1] into them.
     """
+    arr = trace.topk if arr is None else arr
     E = trace.num_experts
+    W = E + 1  # one spare column per block for the sentinel id E
     n_blocks = len(trace.block_offsets) - 1
     ids_out, cnt_out, bounds = [], [], np.zeros(n_blocks + 1, dtype=np.int64)
-    chunk = max(1, 4_000_000 // max(E, 1))  # blocks per bincount, bounds memory
+    chunk = max(1, 4_000_000 // W)  # blocks per bincount, bounds memory
     for b0 in range(0, n_blocks, chunk):
         b1 = min(n_blocks, b0 + chunk)
         r0, r1 = trace.block_offsets[b0], trace.block_offsets[b1]
         block_of_row = np.repeat(np.arange(b1 - b0), np.diff(trace.block_offsets[b0:b1 + 1]))
-        flat = (block_of_row[:, None] * E + trace.topk[r0:r1].astype(np.int64)).ravel()
-        counts = np.bincount(flat, minlength=(b1 - b0) * E)  # [blocks * E]
-        nz = np.flatnonzero(counts)
+        flat = (block_of_row[:, None] * W + np.minimum(arr[r0:r1], E).astype(np.int64)).ravel()
+        counts = np.bincount(flat, minlength=(b1 - b0) * W).reshape(-1, W)[:, :E].ravel()
+        nz = np.flatnonzero(counts)  # [blocks * E] positions with tokens
         bounds[b0 + 1:b1 + 1] = len(ids_out) + np.searchsorted(
             nz // E, np.arange(1, b1 - b0 + 1), side="left")
         ids_out.extend((nz % E).tolist())
         cnt_out.extend(counts[nz].tolist())
     return ids_out, cnt_out, bounds
+
+
+class BlockIndex:
+    """Per-block expert unions of a trace as python lists, for the engine's hot path."""
+
+    def __init__(self, trace: Trace):
+        self.trace = trace
+        self.L = trace.num_layers
+        self.step_off = trace.step_offsets.tolist()
+        ids, cnts, bounds = block_unions(trace)
+        self.ids, self.cnts, self.bounds = ids, cnts, bounds.tolist()
+        self._spec = None
+
+    def block(self, request: int, step: int, layer: int) -> int:
+        return (self.step_off[request] + step) * self.L + layer
+
+    def union(self, blocks: dict[int, int]) -> tuple[list[int], list[int], dict | None]:
+        """Union over several blocks: (ascending ids, counts, first request per id)."""
+        return _merge(self.ids, self.cnts, self.bounds, blocks, with_owner=True)
+
+    def spec_union(self, blocks: dict[int, int]):
+        if self.trace.spec_topk is None:
+            return None
+        if self._spec is None:
+            ids, cnts, bounds = block_unions(self.trace, self.trace.spec_topk)
+            self._spec = (ids, cnts, bounds.tolist())
+        ids, cnts, bounds = self._spec
+        return _merge(ids, cnts, bounds, blocks, with_owner=False)[:2]
+
+
+def _merge(ids, cnts, bounds, blocks, with_owner):
+    if len(blocks) == 1:
+        (b,) = blocks.values()
+        return ids[bounds[b]:bounds[b + 1]], cnts[bounds[b]:bounds[b + 1]], None
+    acc: dict[int, int] = {}
+    owner: dict[int, int] = {}
+    for r, b in blocks.items():
+        for e, c in zip(ids[bounds[b]:bounds[b + 1]], cnts[bounds[b]:bounds[b + 1]]):
+            acc[e] = acc.get(e, 0) + c
+            if with_owner and e not in owner:
+                owner[e] = r
+    experts = sorted(acc)
+    return experts, [acc[e] for e in experts], owner if with_owner else None
 
 
 # ---- file I/O ---------------------------------------------------------------------------
@@ -334,7 +392,8 @@ def read_trace(path: str | os.PathLike) -> Trace:
             raw = fh.read()
         npz = np.load(io.BytesIO(raw), allow_pickle=False)
         arrays = {key: npz[key] for key in npz.files}
-    except (OSError, ValueError, zipfile.BadZipFile, EOFError) as exc:
+    except (OSError, ValueError, zipfile.BadZipFile, EOFError, zlib.error,
+            NotImplementedError) as exc:  # zipfile raises the last two on corrupt headers
         raise TraceError(f"{name}: not a readable trace file ({exc})") from exc
     if "header_json" not in arrays:
         raise TraceError(f"{name}: field 'header_json' missing; not a trace v1 file")
@@ -361,6 +420,8 @@ def read_trace(path: str | os.PathLike) -> Trace:
                    **{key: arrays.get(key) for key in _ARRAYS})
     except KeyError as exc:
         raise TraceError(f"{name}: field 'requests.{exc.args[0]}' missing") from exc
+    except TypeError as exc:
+        raise TraceError(f"{name}: field 'requests' is not a table of lists ({exc})") from exc
     tr.validate()
     if stored_sha != tr.content_sha256():
         raise TraceError(f"{name}: field 'meta.content_sha256' does not match the content "

@@ -8,7 +8,7 @@ a system only answers.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -56,39 +56,50 @@ class IterationInfo:
     start_ms: float
 
 
-@dataclass
 class LayerRouting:
-    """Routing of one MoE layer in one iteration, revealed after the layer's router ran."""
+    """Routing of one MoE layer in one iteration, revealed after the layer's router ran.
 
-    iteration: IterationInfo
-    layer: int
-    experts: list[int]  # union over the iteration's tokens, ascending expert ids
-    counts: list[int]  # tokens routed to each of `experts`
-    _trace: object = field(repr=False)
-    _blocks: dict[int, int] = field(repr=False)  # request index -> block id in the trace
+    `experts` / `counts`: the union over the iteration's tokens (ascending ids) and the tokens
+    routed to each. The accessors read only this layer of this iteration; systems must not
+    touch the underscored attributes (they index the whole trace).
+    """
+
+    __slots__ = ("iteration", "layer", "experts", "counts", "_index", "_blocks")
+
+    def __init__(self, iteration: IterationInfo, layer: int, experts: list[int],
+                 counts: list[int], index, blocks: dict[int, int]):
+        self.iteration, self.layer = iteration, layer
+        self.experts, self.counts = experts, counts
+        self._index, self._blocks = index, blocks  # request index -> block id in the trace
 
     def per_request(self) -> dict[int, np.ndarray]:
         """Top-k ids per request: {request index: [n_tokens, k]}."""
-        t, off = self._trace, self._trace.block_offsets
+        t = self._index.trace
+        off = t.block_offsets
         return {r: t.topk[off[b]:off[b + 1]] for r, b in self._blocks.items()}
 
     def weights(self, request: int) -> np.ndarray | None:
         """Routing weights [n_tokens, k] (float16) or None when the trace has none."""
-        return self._rows(self._trace.weights, request)
+        return self._rows(self._index.trace.weights, request)
 
     def spec_guess(self, request: int) -> np.ndarray | None:
-        """Guess of the next layer's top-k [n_tokens, k] made from this layer's hidden state."""
-        return self._rows(self._trace.spec_topk, request)
+        """Guess of the next layer's top-k [n_tokens, k] made from this layer's hidden state;
+        the value num_experts means no guess. None when the trace has no guesses."""
+        return self._rows(self._index.trace.spec_topk, request)
+
+    def spec_votes(self) -> tuple[list[int], list[int]] | None:
+        """Next-layer guesses over the iteration's tokens: (ascending ids, tokens per id)."""
+        return self._index.spec_union(self._blocks)
 
     def probs(self, request: int) -> np.ndarray | None:
         """Step-mean router probabilities over all experts [E] (float16) or None."""
-        p = self._trace.probs
+        p = self._index.trace.probs
         return None if p is None else p[self._blocks[request]]
 
     def _rows(self, arr, request):
         if arr is None:
             return None
-        b, off = self._blocks[request], self._trace.block_offsets
+        b, off = self._blocks[request], self._index.trace.block_offsets
         return arr[off[b]:off[b + 1]]
 
 

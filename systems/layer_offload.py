@@ -55,8 +55,7 @@ class LayerOffload(System):
     def choose_victim(self, candidates, incoming, demand, now_ms):
         if not candidates.full:
             return None
-        for key in self.fifo:
-            if key in candidates:
-                del self.fifo[key]
-                return key
-        return None
+        victim = candidates.first_of(self.fifo)
+        if victim is not None:
+            del self.fifo[victim]
+        return victim

@@ -12,8 +12,6 @@ from __future__ import annotations
 
 from collections import OrderedDict
 
-import numpy as np
-
 from systems.base import System
 
 
@@ -50,17 +48,14 @@ class LRU(System):
         if nxt >= self.ctx.num_layers:
             self.proposal = []  # clear stale guesses at the last layer
             return
-        guesses = [routing.spec_guess(r) for r in routing.per_request()]  # [n_tokens, k] each
-        if sum(len(g) for g in guesses) == 1:  # decode at batch 1: k guesses, one vote each
-            ranked = sorted(int(e) for e in guesses[0][0] if e < E)
-        else:
-            votes = np.zeros(E + 1, dtype=np.int64)  # tokens guessing each expert; E = none
-            for g in guesses:
-                votes += np.bincount(g.ravel(), minlength=E + 1)
-            votes = votes[:E]
-            # Most-voted first, ties by lowest id (stable sort on descending votes).
-            ranked = [int(e) for e in np.argsort(-votes, kind="stable") if votes[e] > 0]
-        self.proposal = [nxt * E + e for e in ranked[: self.slots_per_layer]]
+        ids, votes = routing.spec_votes()  # guesses over the iteration's tokens, ascending
+        base = nxt * E
+        if len(ids) <= self.slots_per_layer:  # all fit: no ranking needed
+            self.proposal = [base + e for e in ids]
+            return
+        # Most-voted first, ties by lowest id; at most the next layer's slots.
+        ranked = sorted(range(len(ids)), key=lambda i: -votes[i])[: self.slots_per_layer]
+        self.proposal = [base + ids[i] for i in ranked]
 
     def propose_prefetch(self, now_ms):
         proposal, self.proposal = self.proposal, None
@@ -71,18 +66,16 @@ class LRU(System):
 
     def choose_victim(self, candidates, incoming, demand, now_ms):
         lru = self.layers[incoming // self.ctx.num_experts]
+        victim = None
         if len(lru) >= self.slots_per_layer or candidates.full:
-            for key in lru:
-                if key in candidates:
-                    del lru[key]
-                    return key
-        if candidates.full:
+            victim = candidates.first_of(lru)
+        if victim is None and candidates.full:
             # Every expert of this layer is in use (a step routed to more experts than the
             # layer's slots): borrow the least recent slot of the layer furthest over quota.
-            by_excess = sorted((d for d in self.layers if d is not lru), key=len, reverse=True)
-            for other in by_excess:
-                for key in other:
-                    if key in candidates:
-                        del other[key]
-                        return key
-        return None
+            for other in sorted((d for d in self.layers if d is not lru), key=len, reverse=True):
+                victim = candidates.first_of(other)
+                if victim is not None:
+                    break
+        if victim is not None:
+            del self.layers[victim // self.ctx.num_experts][victim]
+        return victim

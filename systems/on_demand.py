@@ -27,8 +27,7 @@ class OnDemand(System):
     def choose_victim(self, candidates, incoming, demand, now_ms):
         if not candidates.full:
             return None
-        for key in self.recency:
-            if key in candidates:
-                del self.recency[key]
-                return key
-        return None
+        victim = candidates.first_of(self.recency)
+        if victim is not None:
+            del self.recency[victim]
+        return victim
