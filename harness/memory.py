@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass
 
 from harness.specs import GIB, HardwareSpec, ModelSpec, SpecError
@@ -27,7 +28,10 @@ def plan_memory(model: ModelSpec, hw: HardwareSpec, max_context_tokens: int, max
     available = hw.gpu_mem_bytes - model.dense_bytes - kv - hw.runtime_reserve_bytes
     budget = max(0, available)
     if expert_cache_gb is not None:
-        explicit = int(float(expert_cache_gb) * GIB)
+        gb = expert_cache_gb
+        if isinstance(gb, bool) or not isinstance(gb, (int, float)) or not math.isfinite(gb):
+            raise SpecError(f"expert_cache_gb: expected a finite number, got {gb!r}")
+        explicit = int(float(gb) * GIB)
         if not explicit > 0:
             raise SpecError(f"expert_cache_gb: must be positive, got {expert_cache_gb!r}")
         if explicit > available:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from harness.recorder import HIT, LATE, MISS, PREFETCH, PRELOAD
+from harness.recorder import DEMAND, HIT, LATE, MISS, PREFETCH, PRELOAD
 
 
 def _stats(values: np.ndarray) -> dict:
@@ -60,7 +60,7 @@ def summarize(tables: dict, arrival_ms: np.ndarray, expert_bytes: int) -> dict:
                                if np.sum(pref) else None),
         "prefetch_recall": (float(np.sum(by_prefetch) / np.sum(not_resident))
                             if np.sum(not_resident) else None),
-        "demand_fetches": int(np.sum(kind == 1)),
+        "demand_fetches": int(np.sum(kind == DEMAND)),
         "h2d_bytes": h2d_bytes,
         "h2d_bytes_per_token": h2d_bytes / n_tokens if n_tokens else None,
         "h2d_gb_per_token": h2d_bytes / n_tokens / 1e9 if n_tokens else None,

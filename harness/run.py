@@ -22,7 +22,7 @@ from harness.results import (
     write_run,
 )
 from harness.specs import SpecError, hardware_spec_from_dict, model_spec_from_dict
-from harness.trace import Trace, read_trace
+from harness.trace import Trace, TraceError, read_trace
 from systems.base import System
 
 ALLOWED_TARGET_PREFIXES = ("systems.", "workloads.", "harness.", "analysis.")
@@ -75,6 +75,18 @@ def load_routing(cfg: dict, model, split: str, num_requests: int | None = None) 
     return _TRACE_MEMO[key]
 
 
+def _check_shape(tr: Trace, model) -> Trace:
+    """A routing trace recorded for another model is an input error, not a failed run."""
+    want = {"num_moe_layers": model.num_moe_layers, "num_experts": model.num_experts,
+            "top_k": model.top_k, "moe_layer_stacks": list(model.moe_layer_stacks)}
+    for key, value in want.items():
+        got = tr.meta.get(key)
+        if (list(got) if key == "moe_layer_stacks" else got) != value:
+            raise TraceError(f"{tr.source}: field 'meta.{key}' is {got!r}; model "
+                             f"{model.name} needs {value!r}")
+    return tr
+
+
 def _trace_info(tr: Trace | None, system: System | None = None) -> dict | None:
     if tr is None:
         return None
@@ -93,10 +105,10 @@ def run_config(cfg: dict) -> dict:
     model = model_spec_from_dict(cfg["model"], "model")
     hw = hardware_spec_from_dict(cfg["hardware"], "hardware")
     system = build_target(cfg["system"], "system", System)
-    max_batch = int(cfg["max_batch"])
-    if max_batch < 1:
-        raise SpecError(f"max_batch: must be >= 1, got {max_batch}")
-    trace = load_routing(cfg, model, "measure")
+    max_batch = cfg["max_batch"]
+    if isinstance(max_batch, bool) or not isinstance(max_batch, int) or max_batch < 1:
+        raise SpecError(f"max_batch: must be an integer >= 1, got {max_batch!r}")
+    trace = _check_shape(load_routing(cfg, model, "measure"), model)
     max_ctx = int(np.max(trace.prompt_len.astype(np.int64) + trace.output_len))
     plan = plan_memory(model, hw, max_ctx, max_batch, cfg.get("expert_cache_gb"))
     calib = None
@@ -122,7 +134,8 @@ def run_config(cfg: dict) -> dict:
             f"{plan.expert_cache_bytes / 2**30:.2f} GiB for them")
     else:
         if type(system).warmup is not System.warmup:
-            calib = load_routing(cfg, model, "calibration", cfg.get("calibration_requests"))
+            calib = _check_shape(
+                load_routing(cfg, model, "calibration", cfg.get("calibration_requests")), model)
         engine = Engine(model, SimBackend(model, hw), trace, system, plan.expert_cache_bytes,
                         max_batch, progress=bool(cfg.get("progress", False)))
         try:

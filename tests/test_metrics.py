@@ -1,0 +1,273 @@
+"""Every summary metric in result.json recomputed independently from the parquet files.
+
+Definitions (the metrics issue): an access is one (iteration, layer, expert) in the union of
+the iteration's tokens, classed hit / late / miss; hit rate = hits / accesses; prefetch
+precision = prefetch transfers used / issued; recall = accesses served by a prefetch that was
+not ready when the iteration began / accesses not ready when the iteration began; per request
+TTFT = first token - arrival, E2E = last token - arrival, TPOT = (E2E - TTFT) / (tokens - 1),
+reported as mean, p50, p90, p99 (numpy linear percentiles); tokens/s = tokens / (last token -
+first arrival); H2D bytes per token = non-preload transfer bytes / tokens; GPU stall per token =
+sum(start - need) / tokens (decode: over decode accesses and decode tokens).
+
+The recomputation below reads only the parquet files, the trace (the run's input) and the
+config's arrival spacing, and joins tables by id itself rather than trusting joined columns.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+from harness.config import compose_config
+from harness.recorder import CLASS_NAMES, KIND_NAMES
+from harness.run import load_routing, run_config
+from harness.specs import model_spec_from_dict
+from harness.trace import write_trace
+
+HIT, LATE, MISS = (CLASS_NAMES.index(n) for n in ("hit", "late", "miss"))
+PREFETCH, DEMAND, PRELOAD = (KIND_NAMES.index(n) for n in ("prefetch", "demand", "preload"))
+TINY = ["workload.num_requests=4", "workload.prompt_len=16", "workload.output_len=4",
+        "calibration_requests=2", "progress=false"]
+# lru: requests 40 ms apart, batch 1; on_demand: static batch of 2 (decode unions span two
+# requests' tokens). An 8 GiB expert cache holds 496 of DeepSeek-V2-Lite's 1,664 experts
+# (16.5 MiB each): decode iterations (<= 2 x 6 x 26 = 312 experts) can hit, prefills evict.
+# lru_file: the lru case's trace written to a file with every arrival 100 ms later and replayed
+# with routing=<file> (the first arrival is not 0, so makespan must subtract it).
+CASES = {
+    "lru": ["system=lru", "workload.arrival_ms=40.0"],
+    "lru_file": ["system=lru", "workload.arrival_ms=40.0"],
+    "on_demand": ["system=on_demand", "max_batch=2", "expert_cache_gb=8"],
+}
+SHIFT_MS = 100.0
+REL = 1e-9
+
+
+def _columns(path) -> dict[str, np.ndarray]:
+    table = pq.read_table(path)
+    return {name: table.column(name).to_numpy() for name in table.column_names}
+
+
+@pytest.fixture(scope="module", params=sorted(CASES))
+def run(request, tmp_path_factory):
+    name = request.param
+    out = tmp_path_factory.mktemp(f"metrics_{name}")
+    cfg = compose_config([*CASES[name], *TINY], run_name=name, results_dir=str(out))
+    model = model_spec_from_dict(cfg["model"])
+    arrival = np.arange(cfg["workload"]["num_requests"]) * float(cfg["workload"]["arrival_ms"])
+    if name == "lru_file":
+        synth = load_routing(cfg, model, "measure")
+        shifted = dataclasses.replace(synth, arrival_ms=synth.arrival_ms + SHIFT_MS, _sha=None)
+        write_trace(shifted, out / "shifted.npz")
+        cfg["routing"] = str(out / "shifted.npz")
+        arrival = arrival + SHIFT_MS
+    result = run_config(cfg)
+    assert result["status"] == "valid", result["reason"]
+    run_dir = out / "default" / name
+    tables = {t: _columns(run_dir / f"{t}.parquet") for t in ("accesses", "tokens", "transfers")}
+    trace = load_routing(cfg, model, "measure")
+    assert trace.content_sha256() == result["trace"]["sha256"]
+    assert np.array_equal(trace.arrival_ms, arrival)
+    return {"name": name, "cfg": cfg, "result": result, "m": result["metrics"],
+            "acc": tables["accesses"], "tok": tables["tokens"], "tr": tables["transfers"],
+            "trace": trace, "arrival": arrival, "expert_bytes": model.expert_bytes}
+
+
+def approx(x):
+    return pytest.approx(x, rel=REL, abs=1e-12)
+
+
+def _iterations(tok) -> dict[int, list[tuple[int, int]]]:
+    out: dict[int, list[tuple[int, int]]] = {}
+    for it, r, s in zip(tok["iteration"].tolist(), tok["request"].tolist(),
+                        tok["token_index"].tolist()):
+        out.setdefault(it, []).append((r, s))
+    return out
+
+
+def _prefill_iterations(tok) -> set[int]:
+    """An iteration is a prefill when its tokens are first tokens; never mixed."""
+    out = set()
+    for it, members in _iterations(tok).items():
+        first = {s == 0 for _, s in members}
+        assert len(first) == 1, f"iteration {it} mixes prefill and decode"
+        if first == {True}:
+            out.add(it)
+    return out
+
+
+# ---- the access table itself ----------------------------------------------------------------
+
+def test_accesses_are_the_union_of_each_iterations_tokens(run):
+    acc, tok, trace = run["acc"], run["tok"], run["trace"]
+    L, S = trace.num_layers, trace.step_offsets
+    expected = set()
+    for it, members in _iterations(tok).items():
+        for layer in range(L):
+            union = set()
+            for r, s in members:
+                b = (int(S[r]) + s) * L + layer
+                rows = trace.topk[trace.block_offsets[b]:trace.block_offsets[b + 1]]
+                union |= set(rows.ravel().tolist())
+            expected |= {(it, layer, e) for e in union}
+    got = list(zip(acc["iteration"].tolist(), acc["layer"].tolist(), acc["expert"].tolist()))
+    assert len(got) == len(set(got)), "an (iteration, layer, expert) recorded twice"
+    assert set(got) == expected
+    assert run["m"]["accesses"] == len(expected)
+
+
+def test_tokens_table_matches_the_trace(run):
+    tok, trace = run["tok"], run["trace"]
+    count = np.bincount(tok["request"], minlength=trace.num_requests)
+    assert count.tolist() == trace.output_len.tolist()
+    for r in range(trace.num_requests):
+        idx = np.sort(tok["token_index"][tok["request"] == r])
+        assert idx.tolist() == list(range(int(trace.output_len[r])))
+
+
+def test_accounting_identities(run):
+    m, acc, tr, eb = run["m"], run["acc"], run["tr"], run["expert_bytes"]
+    assert m["hits"] + m["late_prefetches"] + m["misses"] == m["accesses"] == len(acc["class"])
+    assert set(np.unique(acc["class"]).tolist()) <= {HIT, LATE, MISS}
+    assert set(np.unique(acc["bytes"]).tolist()) <= {0, eb}
+    assert m["expert_bytes"] == eb
+    assert (tr["bytes"] == eb).all()
+    # Bytes are charged once per loaded copy, at its first use.
+    used_loads = (tr["first_use_access"] >= 0) & (tr["kind"] != PRELOAD)
+    assert int(acc["bytes"].sum()) == eb * int(used_loads.sum())
+    assert m["misses"] > 0 and m["hits"] > 0  # the configuration exercises both
+
+
+def test_access_timing_is_consistent(run):
+    acc, tr = run["acc"], run["tr"]
+    row_of = {int(t): i for i, t in enumerate(tr["transfer_id"])}
+    rows = np.array([row_of[int(t)] for t in acc["transfer_id"]])
+    ready, kind = tr["ready_ms"][rows], tr["kind"][rows]
+    assert np.array_equal(acc["ready_ms"], ready)
+    assert np.array_equal(acc["issued_by"], kind)
+    # An expert starts when both the compute stream and its copy are there.
+    assert np.allclose(acc["start_ms"], np.maximum(acc["need_ms"], ready), rtol=0, atol=1e-9)
+    assert (acc["start_ms"] - acc["need_ms"] >= 0).all()
+    cls = acc["class"]
+    assert (ready[cls == HIT] <= acc["need_ms"][cls == HIT]).all()
+    assert (ready[cls == LATE] > acc["need_ms"][cls == LATE]).all()
+    assert (kind[cls == LATE] == PREFETCH).all()
+    assert (kind[cls == MISS] == DEMAND).all()
+    # Every demand fetch is used, at a miss.
+    demand = tr["kind"] == DEMAND
+    assert (tr["first_use_access"][demand] >= 0).all()
+    assert (cls[tr["first_use_access"][demand]] == MISS).all()
+
+
+# ---- summary metrics recomputed -------------------------------------------------------------
+
+def test_counts_and_rates(run):
+    m, acc, tr = run["m"], run["acc"], run["tr"]
+    cls = acc["class"]
+    hits, late, misses = (int(np.sum(cls == c)) for c in (HIT, LATE, MISS))
+    assert (m["hits"], m["late_prefetches"], m["misses"]) == (hits, late, misses)
+    assert m["accesses"] == hits + late + misses
+    assert m["hit_rate"] == approx(hits / (hits + late + misses))
+    pref = tr["kind"] == PREFETCH
+    used = pref & (tr["first_use_access"] >= 0)
+    assert m["prefetches_issued"] == int(pref.sum())
+    assert m["prefetches_used"] == int(used.sum())
+    if pref.sum():
+        assert m["prefetch_precision"] == approx(used.sum() / pref.sum())
+    else:
+        assert m["prefetch_precision"] is None
+    assert m["demand_fetches"] == int(np.sum(tr["kind"] == DEMAND))
+    if run["name"] == "lru":
+        assert pref.sum() > 0  # speculative prefetch ran, so precision was computed
+    if run["name"] == "on_demand":
+        assert pref.sum() == 0 and m["prefetch_recall"] in (0.0, None)
+
+
+def test_prefetch_recall(run):
+    m, acc, tr, tok = run["m"], run["acc"], run["tr"], run["tok"]
+    it_start = dict(zip(tok["iteration"].tolist(), tok["iteration_start_ms"].tolist()))
+    row_of = {int(t): i for i, t in enumerate(tr["transfer_id"])}
+    not_ready = served = 0
+    for it, tid in zip(acc["iteration"].tolist(), acc["transfer_id"].tolist()):
+        row = row_of[tid]
+        if tr["ready_ms"][row] > it_start[it]:
+            not_ready += 1
+            served += int(tr["kind"][row] == PREFETCH)
+    if not_ready:
+        assert m["prefetch_recall"] == approx(served / not_ready)
+    else:
+        assert m["prefetch_recall"] is None
+
+
+def _percentiles(values: list[float]) -> dict:
+    v = np.array(values, dtype=np.float64)
+    return {"mean": float(v.mean()), "p50": float(np.percentile(v, 50, method="linear")),
+            "p90": float(np.percentile(v, 90, method="linear")),
+            "p99": float(np.percentile(v, 99, method="linear"))}
+
+
+def test_latencies(run):
+    m, tok, arrival = run["m"], run["tok"], run["arrival"]
+    ttft, e2e, tpot = [], [], []
+    for r in range(len(arrival)):
+        times = tok["time_ms"][tok["request"] == r]
+        idx = tok["token_index"][tok["request"] == r]
+        first = float(times[idx == 0][0])
+        last = float(times.max())
+        ttft.append(first - arrival[r])
+        e2e.append(last - arrival[r])
+        if len(times) > 1:
+            tpot.append((e2e[-1] - ttft[-1]) / (len(times) - 1))
+    for name, values in (("ttft_ms", ttft), ("e2e_ms", e2e), ("tpot_ms", tpot)):
+        want = _percentiles(values)
+        for stat in ("mean", "p50", "p90", "p99"):
+            assert m[name][stat] == approx(want[stat]), (name, stat)
+    assert all(t > 0 for t in ttft)
+
+
+def test_throughput_and_bytes(run):
+    m, tok, tr, acc, arrival = run["m"], run["tok"], run["tr"], run["acc"], run["arrival"]
+    n_tok = len(tok["request"])
+    assert m["tokens"] == n_tok == int(run["trace"].output_len.sum())
+    makespan = float(tok["time_ms"].max()) - float(arrival.min())
+    assert m["makespan_ms"] == approx(makespan)
+    assert m["tokens_per_s"] == approx(n_tok / (makespan / 1000.0))
+    loads = int(tr["bytes"][tr["kind"] != PRELOAD].sum())
+    assert m["h2d_bytes"] == loads
+    assert m["h2d_bytes_per_token"] == approx(loads / n_tok)
+    assert m["h2d_gb_per_token"] == approx(loads / n_tok / 1e9)
+    assert m["preload_bytes"] == int(tr["bytes"][tr["kind"] == PRELOAD].sum())
+    stall = float(np.sum(acc["start_ms"] - acc["need_ms"]))
+    assert m["gpu_stall_ms"] == approx(stall)
+    assert m["gpu_stall_ms_per_token"] == approx(stall / n_tok)
+
+
+def test_decode_stall(run):
+    m, tok, acc = run["m"], run["tok"], run["acc"]
+    prefill = _prefill_iterations(tok)
+    is_pre_acc = np.array([it in prefill for it in acc["iteration"].tolist()], dtype=bool)
+    is_pre_tok = np.array([it in prefill for it in tok["iteration"].tolist()], dtype=bool)
+    assert np.array_equal(acc["prefill"], is_pre_acc)
+    assert np.array_equal(tok["prefill"], is_pre_tok)
+    decode_stall = float(np.sum((acc["start_ms"] - acc["need_ms"])[~is_pre_acc]))
+    n_decode = int((~is_pre_tok).sum())
+    # 4 requests x 4 tokens, the first of each from a prefill: 12 decode tokens.
+    assert n_decode == 12
+    assert m["decode_stall_ms_per_token"] == approx(decode_stall / n_decode)
+
+
+def test_batching_shape(run):
+    """The two cases really differ in the way they are meant to."""
+    its = _iterations(run["tok"])
+    widest = max(len(v) for v in its.values())
+    if run["name"] == "on_demand":
+        assert widest == 2
+        assert run["result"]["memory"]["expert_cache_bytes"] == 8 * 2**30
+    else:
+        assert widest == 1
+        assert run["arrival"][1] - run["arrival"][0] == 40.0
+    if run["name"] == "lru_file":
+        assert run["result"]["trace"]["source"] == "shifted.npz"
+        assert run["arrival"][0] == SHIFT_MS
