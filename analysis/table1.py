@@ -63,15 +63,16 @@ def header(results: list[dict]) -> list[str]:
     routing = ("SYNTHETIC routing (seeded generator, workloads/synthetic.py)" if trace["synthetic"]
                else f"routing from {trace['source']} ({trace['routing_source']})")
     cache_gib = first["memory"]["expert_cache_bytes"] / 2**30
+    bits = cfg["model"]["expert_bits"]
     return [
         "# Table 1 (MoE-Infinity setting), SIMULATED",
         "",
         f"Routing: {routing}; trace sha256 {trace['sha256'][:16]}.",
-        f"Model {first['model']['name']} (bf16 experts, {first['model']['expert_bytes']} B each) "
-        f"on {first['hardware']} with host-to-device {cfg['hardware']['h2d_gbps']} GB/s; "
-        f"batch {cfg['max_batch']}, {trace['num_requests']} requests, prompt "
-        f"{cfg['workload'].get('prompt_len')}, decode {cfg['workload'].get('output_len')}; "
-        f"expert cache {cache_gib:.2f} GiB.",
+        f"Model {first['model']['name']} ({bits:g}-bit experts, "
+        f"{first['model']['expert_bytes']} B each) on {first['hardware']} with host-to-device "
+        f"{cfg['hardware']['h2d_gbps']} GB/s; batch {cfg['max_batch']}, "
+        f"{trace['num_requests']} requests, mean prompt {trace['prompt_len_mean']:g} tokens, "
+        f"mean output {trace['output_len_mean']:g} tokens; expert cache {cache_gib:.2f} GiB.",
         "TPOT and GPU idle are per decoded token (ms); hit rate over expert accesses; "
         "h2d in GB (1e9 B) per generated token. Definitions: docs/metrics.md.",
     ]

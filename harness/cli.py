@@ -26,8 +26,24 @@ def _describe(result: dict) -> str:
             f"stall {m['gpu_stall_ms_per_token']:.1f} ms/token -> {result['_run_dir']}")
 
 
+# Overrides that do not change what a run computes are left out of its folder name.
+_NAME_EXCLUDED = ("experiment", "experiment_name", "results_dir", "progress", "run_name")
+
+
+def default_run_name(task_overrides, system: str) -> str:
+    """`lru` for a plain run; `lru,hardware.h2d_gbps=16` when other settings are overridden,
+    so the runs of a sweep never overwrite each other."""
+    parts = [system]
+    for item in sorted(task_overrides):
+        key = item.split("=", 1)[0].lstrip("+~")
+        if key != "system" and key not in _NAME_EXCLUDED:
+            parts.append(item.lstrip("+~").replace("/", "_"))
+    return ",".join(parts)
+
+
 def _hydra_main() -> None:
     import hydra
+    from hydra.core.hydra_config import HydraConfig
     from omegaconf import DictConfig, OmegaConf
 
     from harness.results import PROJECT_ROOT
@@ -37,6 +53,9 @@ def _hydra_main() -> None:
         from harness.run import run_config
 
         plain = OmegaConf.to_container(cfg, resolve=True)
+        if plain.get("run_name") is None:
+            plain["run_name"] = default_run_name(HydraConfig.get().overrides.task,
+                                                 HydraConfig.get().runtime.choices["system"])
         try:
             result = run_config(plain)
         except (SpecError, TraceError) as exc:

@@ -40,6 +40,7 @@ class Engine:
                               f"({model.expert_bytes} bytes each)")
         self.max_batch, self.progress = max_batch, progress
         self.E, self.L = model.num_experts, model.num_moe_layers
+        self.n_keys = self.E * self.L
         self.rec = Recorder(model.expert_bytes)
         self.queue: deque[tuple[int, float]] = deque()  # (key, proposed_ms) prefetches
         self.copy_free_ms = 0.0
@@ -48,6 +49,18 @@ class Engine:
         self._wants_done = type(system).on_expert_done is not System.on_expert_done
         self._wants_load = type(system).on_load is not System.on_load
         self._expert_ms_memo: dict[int, float] = {}  # tokens -> expert call ms
+        self.index = BlockIndex(trace)
+        # Bind now, so a history-based system can use its context in warmup().
+        t0 = time.perf_counter()
+        system.bind(SystemContext(
+            num_layers=self.L, num_experts=self.E, top_k=trace.top_k,
+            expert_bytes=model.expert_bytes, capacity_slots=self.cache.capacity_slots,
+            capacity_bytes=self.cache.capacity_bytes, max_batch=max_batch,
+            moe_layer_stacks=tuple(trace.meta["moe_layer_stacks"]),
+            trace_fields=tuple(f for f in ("weights", "probs", "spec_topk", "embeddings",
+                                           "prompts") if f not in trace.missing_fields()),
+            trace=trace if system.oracle else None))
+        self.policy_s += time.perf_counter() - t0
 
     # ---- copy engine ------------------------------------------------------------------------
     def _load(self, key: int, kind: int, proposed: float, issue: float, start: float) -> bool:
@@ -68,7 +81,9 @@ class Engine:
         self.cache.reserve(key, ready, self.rec.transfer(key, kind, proposed, issue, start, ready))
         self.copy_free_ms = ready
         if self._wants_load:
+            t0 = time.perf_counter()
             self.system.on_load(key, kind == DEMAND, issue)
+            self.policy_s += time.perf_counter() - t0
         return True
 
     def _advance(self, t: float) -> None:
@@ -89,6 +104,10 @@ class Engine:
         if proposal is not None:
             ready_ms = self.cache.ready_ms
             self.queue = deque([(k, now) for k in proposal if k not in ready_ms])
+            if self.queue and not all(0 <= k < self.n_keys for k, _ in self.queue):
+                bad = [k for k, _ in self.queue if not 0 <= k < self.n_keys][:5]
+                raise EngineError(f"system {self.system.name} proposed invalid expert keys "
+                                  f"{bad} (valid: 0..{self.n_keys - 1})")
 
     def _demand(self, key: int, now: float) -> bool:
         start = self.copy_free_ms if self.copy_free_ms > now else now
@@ -97,15 +116,6 @@ class Engine:
     # ---- main loop --------------------------------------------------------------------------
     def run(self) -> Recorder:
         tr, system = self.trace, self.system
-        self.index = BlockIndex(tr)
-        system.bind(SystemContext(
-            num_layers=self.L, num_experts=self.E, top_k=tr.top_k,
-            expert_bytes=self.model.expert_bytes, capacity_slots=self.cache.capacity_slots,
-            capacity_bytes=self.cache.capacity_bytes, max_batch=self.max_batch,
-            moe_layer_stacks=tuple(tr.meta["moe_layer_stacks"]),
-            trace_fields=tuple(f for f in ("weights", "probs", "spec_topk", "embeddings",
-                                           "prompts") if f not in tr.missing_fields()),
-            trace=tr if system.oracle else None))
         self._preload(system.initial_residents())
         sched = Scheduler(tr.arrival_ms, tr.output_len, self.max_batch)
         now, index = 0.0, 0
@@ -117,18 +127,22 @@ class Engine:
                 continue
             kind, members = nxt
             if kind == "prefill":
+                t0 = time.perf_counter()
                 for r, _ in members:
                     system.on_request_start(self._request(r), now)
+                self.policy_s += time.perf_counter() - t0
             now = self._iteration(index, kind, members, now)
             for r in sched.finish_iteration(members):
+                t0 = time.perf_counter()
                 system.on_request_end(self._request(r), now)
+                self.policy_s += time.perf_counter() - t0
+                self.cache.check_invariants()
                 if bar is not None:
                     bar.update(1)
             index += 1
         if bar is not None:
             bar.close()
         self.rec.peak_cache_bytes = self.cache.peak_bytes
-        self.rec.policy_cpu_s = self.policy_s
         return self.rec
 
     def _request(self, r: int) -> RequestInfo:
@@ -136,9 +150,10 @@ class Engine:
         emb = None
         if tr.embeddings is not None and tr.has_embedding[r]:
             emb = tr.embeddings[r]
+        prompt = tr.prompts[r] if tr.prompts is not None else None
         return RequestInfo(r, tr.request_ids[r], tr.datasets[r], tr.tasks[r],
                            int(tr.prompt_len[r]), int(tr.output_len[r]),
-                           float(tr.arrival_ms[r]), emb)
+                           float(tr.arrival_ms[r]), emb, prompt)
 
     def _preload(self, keys) -> None:
         keys = list(dict.fromkeys(int(k) for k in keys))
@@ -186,8 +201,9 @@ class Engine:
         self.rec.iteration(index, kind, start, now, members)
         t0 = time.perf_counter()
         self.system.on_step_end(info, now)
-        self._set_queue(self.system.propose_prefetch(now), now)
+        proposal = self.system.propose_prefetch(now)
         self.policy_s += time.perf_counter() - t0
+        self._set_queue(proposal, now)
         return now
 
     def _moe_layer(self, info: IterationInfo, layer: int, members, now: float) -> float:
@@ -207,11 +223,9 @@ class Engine:
             return now
         t0 = time.perf_counter()
         self.system.on_layer_routed(LayerRouting(info, layer, experts, counts, index, blocks), now)
-        self._set_queue(self.system.propose_prefetch(now), now)
+        proposal = self.system.propose_prefetch(now)
         self.policy_s += time.perf_counter() - t0
-        queue = self.queue
-        if queue:
-            self._advance(now)
+        self._set_queue(proposal, now)
         cache, base = self.cache, layer * self.E
         ready_ms, in_use = cache.ready_ms, cache.in_use
         # Run order: ready residents (ascending id), in-flight by ready time, demand fetches.
@@ -242,6 +256,10 @@ class Engine:
                     order.append((e, c, True))
                 else:
                     deferred.append((e, c))
+        # The layer's demand fetches are committed first; newly queued prefetches start behind.
+        queue = self.queue
+        if queue:
+            self._advance(now)
         rec = self.rec
         acc, first_use = rec._acc, rec.tr_first_use
         transfer_of = cache.transfer_of
@@ -284,7 +302,10 @@ class Engine:
 
     def _unblock(self, deferred, order, base: int, now: float, layer: int) -> None:
         """Every runnable expert has run and demand fetches still wait: ask the system again."""
-        self._set_queue(self.system.propose_prefetch(now), now)
+        t0 = time.perf_counter()
+        proposal = self.system.propose_prefetch(now)
+        self.policy_s += time.perf_counter() - t0
+        self._set_queue(proposal, now)
         self._advance(now)
         if not self._retry(deferred, order, base, now):
             raise EngineError(

@@ -34,6 +34,9 @@ def plan_memory(model: ModelSpec, hw: HardwareSpec, max_context_tokens: int, max
         explicit = int(float(gb) * GIB)
         if not explicit > 0:
             raise SpecError(f"expert_cache_gb: must be positive, got {expert_cache_gb!r}")
+        if explicit < model.expert_bytes:
+            raise SpecError(f"expert_cache_gb: {expert_cache_gb} GiB holds no expert of "
+                            f"{model.name} ({model.expert_bytes} bytes each)")
         if explicit > available:
             raise SpecError(
                 f"expert_cache_gb: {expert_cache_gb} GiB exceeds what GPU memory leaves for "

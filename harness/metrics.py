@@ -21,6 +21,8 @@ def request_latencies(tokens: dict, arrival_ms: np.ndarray) -> dict[str, np.ndar
     count = np.bincount(req, minlength=n)
     first = np.full(n, np.nan)
     first[req[idx == 0]] = t[idx == 0]
+    admitted = np.full(n, np.nan)  # start of the request's prefill iteration
+    admitted[req[idx == 0]] = tokens["iteration_start_ms"][idx == 0]
     last = np.full(n, -np.inf)
     np.maximum.at(last, req, t)
     last[count == 0] = np.nan
@@ -28,7 +30,8 @@ def request_latencies(tokens: dict, arrival_ms: np.ndarray) -> dict[str, np.ndar
     e2e = last - arrival_ms
     with np.errstate(invalid="ignore", divide="ignore"):
         tpot = np.where(count > 1, (e2e - ttft) / (count - 1), np.nan)
-    return {"ttft_ms": ttft, "e2e_ms": e2e, "tpot_ms": tpot, "tokens": count}
+    return {"ttft_ms": ttft, "e2e_ms": e2e, "tpot_ms": tpot, "queue_ms": admitted - arrival_ms,
+            "tokens": count}
 
 
 def summarize(tables: dict, arrival_ms: np.ndarray, expert_bytes: int) -> dict:
@@ -72,6 +75,7 @@ def summarize(tables: dict, arrival_ms: np.ndarray, expert_bytes: int) -> dict:
         "tokens": n_tokens,
         "tokens_per_s": n_tokens / (makespan_ms / 1e3) if makespan_ms > 0 else None,
         "makespan_ms": makespan_ms,
+        "queue_ms": _stats(lat["queue_ms"]),
         "ttft_ms": _stats(lat["ttft_ms"]),
         "tpot_ms": _stats(tpot),
         "e2e_ms": _stats(lat["e2e_ms"]),

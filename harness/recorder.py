@@ -2,7 +2,7 @@
 
 Tables (docs/metrics.md): accesses (one row per (iteration, layer, expert) in the union of
 the iteration's tokens), transfers (one row per host-to-device copy), tokens (one row per
-generated token), iterations.
+generated token, with its iteration's start and end).
 """
 
 from __future__ import annotations
@@ -29,7 +29,6 @@ class Recorder:
         self._members: list = []  # iteration, request, step
         self.prefetch_dropped = 0
         self.peak_cache_bytes = 0
-        self.policy_cpu_s = 0.0
 
     # ---- hot path ---------------------------------------------------------------------------
     def access(self, expert: int, cls: int, tid: int, need_ms: float, start_ms: float,

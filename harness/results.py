@@ -1,8 +1,9 @@
 """Result files: result.json (schema v1) and per-access / per-token / per-transfer parquet.
 
 A run directory is written whole into a temporary sibling and renamed into place, so a
-failed run leaves no partial result behind. result.json is canonical JSON (sorted keys);
-everything except its `timing` block is byte-identical for the same config and seed.
+failed run leaves no partial result behind. result.json is written with sorted keys and a
+fixed indent; everything except its `timing` block is byte-identical for the same config
+and seed.
 """
 
 from __future__ import annotations

@@ -93,7 +93,8 @@ def _trace_info(tr: Trace | None, system: System | None = None) -> dict | None:
     missing = tr.missing_fields()
     info = {"sha256": tr.content_sha256(), "source": tr.source, "synthetic": tr.synthetic,
             "routing_source": tr.routing_source, "num_requests": tr.num_requests,
-            "missing_fields": missing}
+            "prompt_len_mean": float(np.mean(tr.prompt_len)),
+            "output_len_mean": float(np.mean(tr.output_len)), "missing_fields": missing}
     if system is not None:
         info["missing_fields_used_by_system"] = [f for f in system.uses_fields if f in missing]
     return info
@@ -127,6 +128,10 @@ def run_config(cfg: dict) -> dict:
     if plan.available_bytes <= 0:
         result["status"], result["reason"] = "oom", (
             f"dense weights, KV cache and reserve need more than {hw.gpu_mem_gb} GiB")
+    elif plan.expert_cache_bytes < model.expert_bytes:
+        result["status"], result["reason"] = "oom", (
+            f"the {plan.expert_cache_bytes / 2**30:.3f} GiB left for experts holds no expert "
+            f"({model.expert_bytes} bytes each)")
     elif getattr(system, "needs_all_experts", False) and (
             plan.expert_cache_bytes < model.total_expert_bytes):
         result["status"], result["reason"] = "oom", (
@@ -136,9 +141,10 @@ def run_config(cfg: dict) -> dict:
         if type(system).warmup is not System.warmup:
             calib = _check_shape(
                 load_routing(cfg, model, "calibration", cfg.get("calibration_requests")), model)
-        engine = Engine(model, SimBackend(model, hw), trace, system, plan.expert_cache_bytes,
-                        max_batch, progress=bool(cfg.get("progress", False)))
         try:
+            engine = Engine(model, SimBackend(model, hw), trace, system,
+                            plan.expert_cache_bytes, max_batch,
+                            progress=bool(cfg.get("progress", False)))
             if calib is not None:
                 t_warm = time.perf_counter()
                 system.warmup(calib)
@@ -152,7 +158,8 @@ def run_config(cfg: dict) -> dict:
             tables = rec.tables()
             result["metrics"] = summarize(tables, trace.arrival_ms, model.expert_bytes)
             result["metrics"]["peak_expert_cache_bytes"] = int(rec.peak_cache_bytes)
-            result["metrics"]["prefetches_dropped"] = int(rec.prefetch_dropped)
+            # Diagnostics that are not per-access facts (not in the parquet files).
+            result["engine"] = {"prefetches_dropped": int(rec.prefetch_dropped)}
             result["system"] = system.describe()
     result["trace"] = _trace_info(trace, system)
     result["calibration_trace"] = _trace_info(calib)
@@ -162,7 +169,7 @@ def run_config(cfg: dict) -> dict:
         "created_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "wall_s": time.perf_counter() - t_wall, "engine_s": engine_s, "warmup_s": warmup_s,
         "engine_run_s": run_s, "accesses_per_s": n_acc / run_s if run_s > 0 else None,
-        "policy_cpu_s": engine.policy_s if tables is not None else None,
+        "policy_s": engine.policy_s if tables is not None else None,
     }
     run_dir = Path(cfg["results_dir"]) / str(cfg["experiment_name"]) / str(cfg["run_name"])
     write_run(run_dir, result, tables)

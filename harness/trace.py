@@ -368,6 +368,7 @@ def _merge(ids, cnts, bounds, blocks, with_owner):
 def write_trace(tr: Trace, path: str | os.PathLike) -> str:
     """Write atomically (temp file + rename); returns the content sha256."""
     tr.validate()
+    tr._sha = None  # arrays may have been edited since the checksum was last computed
     arrays = {name: getattr(tr, name) for name in _ARRAYS if getattr(tr, name) is not None}
     header = _canonical_json(tr._header(with_sha=True)).encode()
     arrays["header_json"] = np.frombuffer(header, dtype=np.uint8)

@@ -46,6 +46,7 @@ class RequestInfo:
     output_len: int
     arrival_ms: float
     embedding: np.ndarray | None  # float16 [D] or None
+    prompt: str | None = None  # prompt text when the trace carries it
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ from systems.oracle import Oracle
 
 
 class Scripted(System):
-    """Proposes fixed prefetch lists at given (iteration, layer) points."""
+    """Proposes fixed prefetch lists at given (iteration, layer) points or ("end", iteration)."""
 
     name = "scripted"
 
@@ -27,6 +27,9 @@ class Scripted(System):
     def on_layer_routed(self, routing, now_ms):
         self.pending = self.script.get((routing.iteration.index, routing.layer))
 
+    def on_step_end(self, iteration, now_ms):
+        self.pending = self.script.get(("end", iteration.index))
+
     def propose_prefetch(self, now_ms):
         out, self.pending = self.pending, None
         return out
@@ -34,36 +37,40 @@ class Scripted(System):
 
 def test_two_layer_timeline_by_hand():
     # 2 MoE layers, 4 experts, top-1; one request: prefill of 1 token then 1 decode step.
-    # Dense 1 ms, expert 1 ms, copy 2.5 ms. Keys: layer * 4 + expert.
+    # Routing: iteration 0 -> experts 0 (layer 0), 3 (layer 1); iteration 1 -> 2, 1.
+    # Dense 1 ms, expert 1 ms, copy 1.5 ms. Keys: layer * 4 + expert.
     model = tiny_model(layers=2, experts=4, top_k=1)
     req = {"id": "a", "prompt_len": 1, "output_len": 2, "arrival_ms": 0.0,
-           "routing": [[[[0]], [[3]]], [[[0]], [[2]]]]}
+           "routing": [[[[0]], [[3]]], [[[2]], [[1]]]]}
     trace = trace_from_routing(meta_for(model), [req])
-    system = Scripted({(0, 0): [6, 7]})  # at iteration 0, layer 0: prefetch (1,2) then (1,3)
-    engine = Engine(model, FixedBackend(copy_ms=2.5), trace, system,
+    system = Scripted({(0, 0): [6, 7], ("end", 0): [5]})
+    engine = Engine(model, FixedBackend(copy_ms=1.5), trace, system,
                     capacity_bytes=8 * model.expert_bytes)
     t = engine.run().tables()
     # Worked by hand:
-    # t=0..1 dense L0. Routing at 1: queue [6, 7]; copy engine idle -> 6 starts at 1, ready 3.5.
-    # Expert 0 missing: demand goes ahead of queued 7 but cannot preempt 6: start 3.5, ready 6.
-    # Expert 0 runs 6..7 (stall 5). At 6 the copy engine frees: 7 starts at 6, ready 8.5.
-    # Dense L1 7..8. Expert 3 (key 7) is in flight: late, runs 8.5..9.5 (stall 0.5).
-    # Iteration 1: dense L0 9.5..10.5, expert 0 hit 10.5..11.5; dense L1 11.5..12.5;
-    # expert 2 (key 6, prefetched during iteration 0's compute) hit 12.5..13.5.
+    # it 0: dense L0 0..1. Routing at 1 queues [6, 7]; expert 0 is missing and its demand
+    #   fetch goes ahead of the queued prefetches: key 0 copies 1..2.5. Expert 0 runs
+    #   2.5..3.5 (miss, stall 1.5). Key 6 copies 2.5..4, key 7 4..5.5 (queued, in order).
+    #   Dense L1 3.5..4.5; expert 3 (key 7) is in flight: late, runs 5.5..6.5 (stall 1).
+    #   Step end at 6.5 proposes [5]: the idle copy engine copies key 5 6.5..8.
+    # it 1: dense L0 6.5..7.5. Expert 2 missing: its demand cannot preempt the in-flight
+    #   key 5, so it copies 8..9.5; runs 9.5..10.5 (miss, stall 2). Dense L1 10.5..11.5;
+    #   expert 1 (key 5, prefetched during compute) is a hit, runs 11.5..12.5.
     tr = t["transfers"]
-    assert tr["key"].tolist() == [6, 0, 7]
-    assert tr["kind"].tolist() == [PREFETCH, DEMAND, PREFETCH]
-    assert tr["start_ms"].tolist() == [1.0, 3.5, 6.0]
-    assert tr["ready_ms"].tolist() == [3.5, 6.0, 8.5]
-    assert tr["issue_ms"].tolist() == [1.0, 1.0, 6.0]
+    assert tr["key"].tolist() == [0, 6, 7, 5, 2]
+    assert tr["kind"].tolist() == [DEMAND, PREFETCH, PREFETCH, PREFETCH, DEMAND]
+    assert tr["proposed_ms"].tolist() == [1.0, 1.0, 1.0, 6.5, 7.5]
+    assert tr["issue_ms"].tolist() == [1.0, 2.5, 4.0, 6.5, 7.5]
+    assert tr["start_ms"].tolist() == [1.0, 2.5, 4.0, 6.5, 8.0]
+    assert tr["ready_ms"].tolist() == [2.5, 4.0, 5.5, 8.0, 9.5]
     acc = t["accesses"]
     assert acc["layer"].tolist() == [0, 1, 0, 1]
-    assert acc["expert"].tolist() == [0, 3, 0, 2]
-    assert acc["class"].tolist() == [MISS, LATE, HIT, HIT]
-    assert acc["need_ms"].tolist() == [1.0, 8.0, 10.5, 12.5]
-    assert acc["start_ms"].tolist() == [6.0, 8.5, 10.5, 12.5]
-    assert acc["stall_ms"].tolist() == [5.0, 0.5, 0.0, 0.0]
-    assert t["tokens"]["time_ms"].tolist() == [9.5, 13.5]
+    assert acc["expert"].tolist() == [0, 3, 2, 1]
+    assert acc["class"].tolist() == [MISS, LATE, MISS, HIT]
+    assert acc["need_ms"].tolist() == [1.0, 4.5, 7.5, 11.5]
+    assert acc["start_ms"].tolist() == [2.5, 5.5, 9.5, 11.5]
+    assert acc["stall_ms"].tolist() == [1.5, 1.0, 2.0, 0.0]
+    assert t["tokens"]["time_ms"].tolist() == [6.5, 12.5]
 
 
 def _check_timeline(tables, capacity_slots):

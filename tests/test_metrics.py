@@ -210,21 +210,48 @@ def _percentiles(values: list[float]) -> dict:
 
 def test_latencies(run):
     m, tok, arrival = run["m"], run["tok"], run["arrival"]
-    ttft, e2e, tpot = [], [], []
+    ttft, e2e, tpot, queue = [], [], [], []
     for r in range(len(arrival)):
         times = tok["time_ms"][tok["request"] == r]
         idx = tok["token_index"][tok["request"] == r]
+        starts = tok["iteration_start_ms"][tok["request"] == r]
+        queue.append(float(starts[idx == 0][0]) - arrival[r])
         first = float(times[idx == 0][0])
         last = float(times.max())
         ttft.append(first - arrival[r])
         e2e.append(last - arrival[r])
         if len(times) > 1:
             tpot.append((e2e[-1] - ttft[-1]) / (len(times) - 1))
-    for name, values in (("ttft_ms", ttft), ("e2e_ms", e2e), ("tpot_ms", tpot)):
+    for name, values in (("ttft_ms", ttft), ("e2e_ms", e2e), ("tpot_ms", tpot),
+                         ("queue_ms", queue)):
         want = _percentiles(values)
         for stat in ("mean", "p50", "p90", "p99"):
             assert m[name][stat] == approx(want[stat]), (name, stat)
     assert all(t > 0 for t in ttft)
+    assert all(q >= 0 for q in queue)
+
+
+def test_every_metric_is_covered(run):
+    # A metric added to harness/metrics.py must get an independent recomputation here.
+    covered = {"accesses", "hits", "late_prefetches", "misses", "hit_rate",
+               "prefetches_issued", "prefetches_used", "prefetch_precision", "prefetch_recall",
+               "demand_fetches", "h2d_bytes", "h2d_bytes_per_token", "h2d_gb_per_token",
+               "preload_bytes", "gpu_stall_ms", "gpu_stall_ms_per_token",
+               "decode_stall_ms_per_token", "tokens", "tokens_per_s", "makespan_ms", "queue_ms",
+               "ttft_ms", "tpot_ms", "e2e_ms", "expert_bytes", "peak_expert_cache_bytes"}
+    assert set(run["m"]) == covered
+
+
+def test_peak_cache_bytes_from_transfers(run):
+    # Slots are reserved when a copy is issued and freed at eviction; at equal times the
+    # eviction comes first (a load evicts its victim, then reserves).
+    tr, eb = run["tr"], run["expert_bytes"]
+    events = [(t, 1) for t in tr["issue_ms"]] + [(t, -1) for t in tr["evict_ms"] if t == t]
+    level = peak = 0
+    for _, d in sorted(events, key=lambda e: (e[0], e[1])):
+        level += d
+        peak = max(peak, level)
+    assert run["m"]["peak_expert_cache_bytes"] == peak * eb
 
 
 def test_throughput_and_bytes(run):

@@ -64,7 +64,9 @@ def two_processes(tmp_path_factory):
         cwd.mkdir()
         proc = cli(["system=lru", *TINY, "results_dir=out"], cwd)
         assert proc.returncode == 0, proc.stderr
-        runs.append(cwd / "out" / "default" / "lru")
+        (run_dir,) = (cwd / "out" / "default").iterdir()
+        assert run_dir.name.startswith("lru,")  # system name, then the other overrides
+        runs.append(run_dir)
     return runs
 
 
@@ -165,7 +167,8 @@ def test_no_offload_on_small_gpu_is_an_oom_row(tmp_path):
                 f"results_dir={tmp_path}"], tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert any("oom" in line for line in proc.stdout.splitlines()), proc.stdout
-    run_dir = tmp_path / "default" / "no_offload"
+    (run_dir,) = [p for p in (tmp_path / "default").iterdir() if p.is_dir()]
+    assert run_dir.name.startswith("no_offload,")
     r = json.loads((run_dir / "result.json").read_text())
     assert r["status"] == "oom"
     assert isinstance(r["reason"], str) and r["reason"]
@@ -369,3 +372,14 @@ def test_every_experiment_smoke_runs(tmp_path, experiment):
     assert (tmp_path / exp_name / "smoke" / "result.json").is_file()
     if r["status"] == "valid":
         assert r["metrics"]["tokens"] == 2 * 3
+
+
+def test_default_run_names_keep_sweep_runs_apart():
+    from harness.cli import default_run_name
+
+    assert default_run_name([], "lru") == "lru"
+    assert default_run_name(["experiment=table1", "system=lru"], "lru") == "lru"
+    a = default_run_name(["system=lru", "hardware.h2d_gbps=16"], "lru")
+    b = default_run_name(["system=lru", "hardware.h2d_gbps=32"], "lru")
+    assert a == "lru,hardware.h2d_gbps=16" and a != b
+    assert default_run_name(["+hardware.foo=1", "progress=false"], "lru") == "lru,hardware.foo=1"
