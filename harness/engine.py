@@ -16,7 +16,7 @@ import time
 from collections import deque
 
 from harness.cache import ExpertCache
-from harness.recorder import DEMAND, HIT, LATE, MISS, PREFETCH, PRELOAD, Recorder
+from harness.recorder import ACC_COLS, DEMAND, HIT, LATE, MISS, PREFETCH, PRELOAD, Recorder
 from harness.schedule import Scheduler
 from harness.trace import BlockIndex
 from systems.base import IterationInfo, LayerRouting, RequestInfo, System, SystemContext
@@ -103,11 +103,11 @@ class Engine:
     def _set_queue(self, proposal, now: float) -> None:
         if proposal is not None:
             ready_ms = self.cache.ready_ms
-            self.queue = deque([(k, now) for k in proposal if k not in ready_ms])
-            if self.queue and not all(0 <= k < self.n_keys for k, _ in self.queue):
-                bad = [k for k, _ in self.queue if not 0 <= k < self.n_keys][:5]
+            if proposal and (min(proposal) < 0 or max(proposal) >= self.n_keys):
+                bad = [k for k in proposal if not 0 <= k < self.n_keys][:5]
                 raise EngineError(f"system {self.system.name} proposed invalid expert keys "
                                   f"{bad} (valid: 0..{self.n_keys - 1})")
+            self.queue = deque([(k, now) for k in proposal if k not in ready_ms])
 
     def _demand(self, key: int, now: float) -> bool:
         start = self.copy_free_ms if self.copy_free_ms > now else now
@@ -283,7 +283,7 @@ class Engine:
                 start, cls = now, (MISS if is_miss else HIT)
             tid = transfer_of[key]
             if first_use[tid] < 0:
-                first_use[tid] = len(acc) // 6
+                first_use[tid] = len(acc) // ACC_COLS
             acc.extend((e, cls, tid, now, start, first_owner if owner is None else owner[e]))
             dur = memo.get(c)
             if dur is None:
@@ -297,7 +297,7 @@ class Engine:
             if deferred:
                 self._retry(deferred, order, base, now)
                 n = len(order)
-        rec.block(info.index, layer)
+        rec._blocks.extend((info.index, layer, len(acc) // ACC_COLS))
         return now
 
     def _unblock(self, deferred, order, base: int, now: float, layer: int) -> None:

@@ -13,14 +13,14 @@ HIT, LATE, MISS = 0, 1, 2
 CLASS_NAMES = ("hit", "late", "miss")
 PREFETCH, DEMAND, PRELOAD = 0, 1, 2
 KIND_NAMES = ("prefetch", "demand", "preload")
-_ACC_COLS = 6  # expert, class, transfer id, need ms, start ms, owner request
+ACC_COLS = 6  # expert, class, transfer id, need ms, start ms, owner request
 _TR_COLS = 6  # key, kind, proposed ms, issue ms, start ms, ready ms
 
 
 class Recorder:
     def __init__(self, expert_bytes: int):
         self.expert_bytes = expert_bytes
-        self._acc: list = []  # flat, _ACC_COLS values per access
+        self._acc: list = []  # flat, ACC_COLS values per access
         self._blocks: list = []  # iteration, layer, end access index
         self._tr: list = []
         self.tr_first_use: list[int] = []  # first access index served by the copy, -1 unused
@@ -34,11 +34,11 @@ class Recorder:
     def access(self, expert: int, cls: int, tid: int, need_ms: float, start_ms: float,
                owner: int) -> None:
         if self.tr_first_use[tid] < 0:
-            self.tr_first_use[tid] = len(self._acc) // _ACC_COLS
+            self.tr_first_use[tid] = len(self._acc) // ACC_COLS
         self._acc.extend((expert, cls, tid, need_ms, start_ms, owner))
 
     def block(self, iteration: int, layer: int) -> None:
-        self._blocks.extend((iteration, layer, len(self._acc) // _ACC_COLS))
+        self._blocks.extend((iteration, layer, len(self._acc) // ACC_COLS))
 
     def transfer(self, key: int, kind: int, proposed: float, issue: float, start: float,
                  ready: float) -> int:
@@ -58,11 +58,11 @@ class Recorder:
     # ---- tables -------------------------------------------------------------------------------
     @property
     def num_accesses(self) -> int:
-        return len(self._acc) // _ACC_COLS
+        return len(self._acc) // ACC_COLS
 
     def tables(self) -> dict[str, dict[str, np.ndarray]]:
         """Column arrays for accesses, transfers, iterations and members."""
-        acc = np.array(self._acc, dtype=np.float64).reshape(-1, _ACC_COLS)
+        acc = np.array(self._acc, dtype=np.float64).reshape(-1, ACC_COLS)
         blocks = np.array(self._blocks, dtype=np.int64).reshape(-1, 3)
         n_acc = len(acc)
         counts = np.diff(np.concatenate([[0], blocks[:, 2]])) if len(blocks) else np.zeros(0)
