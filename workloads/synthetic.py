@@ -1,26 +1,24 @@
 """Synthetic routing source: the project's embedded default (no model, no data files).
 
-Model. For request r of task j, MoE layer l, expert e and token position t (the t-th token that
-passes layer l in that request) the router logit is
+Model. For request r of task j, MoE layer l, expert e and the t-th token through layer l:
 
-    score[r,l,t,e] = task_pref_std * A[j,l,e] + request_pref_std * B[r,l,e] + X[r,l,t,e]
-                     + token_noise_std * n[r,l,t,e]
-    X[t] = stickiness * X[t-1] + sticky_std * sqrt(1 - stickiness**2) * n[t]   (AR(1), std sticky_std)
+    score[r,l,t,e] = layer_pref_std * G[l,e] + task_pref_std * A[j,l,e]
+                     + request_pref_std * B[r,l,e] + X[r,l,t,e] + token_noise_std * n[r,l,t,e]
+    X[t] = stickiness * X[t-1] + sticky_std * sqrt(1 - stickiness**2) * n[t]  (std sticky_std)
 
-A, B ~ N(0, 1); n is i.i.d. unit-variance noise. Because X[t] already contains n[t], the
-token-to-token correlation of the score drops sharply after one token and then decays slowly
-(geometric in `stickiness`), the shape measured on real DeepSeek-V2-Lite routing (share of a
-token's experts also used by the token d positions earlier: 0.27, 0.21, 0.18, 0.16, 0.15 for
-d = 1, 2, 4, 8, 16; 0.094 if random). Routed experts are the top-k of the score; `weights` is
-the softmax over the chosen scores; `probs` the softmax over all E experts, averaged over the
-tokens of a step; `spec_topk` at layer l is the top-k of layer l+1's scores plus
-N(0, guess_noise_std) noise, searched among layer l+1's top-2k experts (the only ones such noise
-can plausibly promote).
+G, A, B are standardised Gumbel draws (right-skewed: a few hot experts per row, which real
+routing's high top-expert share at high entropy needs); n is i.i.d. unit-variance uniform noise.
+As X[t] contains n[t], the score's token-to-token correlation drops after one token, then decays
+geometrically, as in real DeepSeek-V2-Lite routing (share of a token's experts also used d tokens
+earlier: 0.27, 0.21, 0.18, 0.16, 0.15 for d = 1, 2, 4, 8, 16; random 0.094). Routed experts =
+top-k of the score; `weights` = softmax over the chosen scores; `probs` = softmax over all E,
+averaged over a step's tokens (prefill: over every max(1, P // 64)-th prompt token, to save
+time); `spec_topk` at layer l = top-k of layer l+1's scores plus uniform noise of std
+guess_noise_std, among layer l+1's top-2k experts (the only ones such noise can promote).
 
-Speed: the time loop works on one cache-sized chunk of requests at a time; noise comes from
-random bytes through a 256-level Gaussian quantile table; top-k packs the expert id into the
-low mantissa bits of the (positive, offset) float score and uses np.partition on int32, which
-is several times faster than argpartition.
+Speed (one core): requests go through the time loop in cache-sized chunks; noise is raw uint16
+bits; top-k packs the expert id into the low mantissa bits of the (offset, positive) float score
+and runs np.partition on int32, several times faster than argpartition.
 """
 
 from __future__ import annotations
@@ -38,8 +36,9 @@ from workloads.tasks import PAPER_TASK_COUNTS, task_mix
 CHUNK_REQUESTS = 32  # requests per inner loop; fixed so that output never depends on it
 SCORE_OFFSET = 32.0  # scores are shifted positive so float bits sort like integers
 EMBEDDER = "synthetic-task-centroid"
-PROBS_PREFILL_TOKENS = 64  # prefill `probs` = mean over <= ~64 evenly spaced prompt tokens
+PROBS_PREFILL_TOKENS = 64  # prefill `probs` averages every max(1, P // 64)-th prompt token
 _U16_MEAN, _U16_STD = 32767.5, math.sqrt((65536**2 - 1) / 12)  # raw uniform uint16 noise
+_U8_STD = math.sqrt((256**2 - 1) / 12)
 
 
 @dataclass
@@ -54,42 +53,42 @@ class SyntheticConfig:
     tasks: list = field(default_factory=lambda: [list(t) for t in PAPER_TASK_COUNTS])
     split: str = "measure"  # "measure" / "calibration": same tasks, different requests
     arrival_ms: float = 0.0  # request i arrives at i * arrival_ms; 0 = static batch
-    # Calibrated (tests/test_synthetic.py prints the comparison) against real DeepSeek-V2-Lite
-    # prefill routing at matched prompt length (~128 tokens): entropy 5.57 of 6 bits, top
-    # expert 0.066 of routings, 97% of experts used, consecutive reuse 0.27.
-    layer_pref_std: float = 0.15  # model-level popularity: busiest expert ~1.8x the mean
-    task_pref_std: float = 0.6  # sets within-prompt skew shared by a task; same-task similarity
-    request_pref_std: float = 0.6  # sets within-prompt skew (entropy, top share, fraction used)
-    sticky_std: float = 0.9  # sets the slow part of reuse (lag >= 2: 0.18-0.15 real)
-    stickiness: float = 0.9  # AR(1) coefficient per token: decay of reuse with lag
-    token_noise_std: float = 1.0  # fast noise std (unit of the score scale)
-    fast_stickiness: float = 0.3  # AR(1) coefficient of the fast noise: reuse at lags 1-2
-    guess_noise_std: float = 0.5  # next-layer guess error; ~0.8 of guessed experts correct
+    # Fitted to real DeepSeek-V2-Lite prefill routing at matched prompt length (96-160
+    # tokens; tests/test_synthetic.py prints the comparison). Scores are in units of
+    # token_noise_std. Real values: reuse 0.27, 0.21, 0.18, 0.16 at lags 1, 2, 4, 8; within a
+    # prompt: entropy 5.57 of 6 bits, top expert 0.066 of a layer's routings, 97% of experts
+    # used (36-token prompts: 5.21 bits, 0.084, 75%); all prompts: busiest expert 1.77x mean;
+    # activation-matrix cosine 0.68 for adjacent prompts (same conversation) vs 0.61 random.
+    layer_pref_std: float = 0.13  # model-wide popularity: aggregate busiest/mean 1.7
+    task_pref_std: float = 0.25  # same-task activation cosine 0.69 vs 0.60 (P=128)
+    request_pref_std: float = 0.36  # with task_pref_std: within-prompt entropy, top, used
+    sticky_std: float = 0.62  # slow reuse excess over the preference baseline (lags 2-16)
+    stickiness: float = 0.8  # AR(1) coefficient per token: decay of reuse with lag
+    token_noise_std: float = 1.0  # fresh per-token noise, the score unit: lag-1 reuse 0.28
+    guess_noise_std: float = 0.5  # next-layer guess error: ~0.72 of guessed experts right
     embed_dim: int = 384  # as all-MiniLM-L6-v2
-    embed_noise: float = 1.0  # request noise vs unit task centroid (same-task cosine ~0.5)
+    embed_noise: float = 1.0  # request noise norm vs unit task centroid: same-task cos ~0.5
 
     def score_bound(self) -> float:
-        """Largest |score| the bounded noise allows (prefs clipped at 4.5 sigma, the AR state
-        clipped at 6 sigma every 32 tokens, uniform noise within +-sqrt(3))."""
-        def ar_max(std: float, rho: float) -> float:
-            innov = std * math.sqrt(1 - rho * rho) * math.sqrt(3)
-            return max(6 * std, 6 * std * rho**31 + innov * (1 - rho**31) / (1 - rho))
-
+        """Largest |score| the bounded noise allows: preferences clipped at 6 sigma, X clipped
+        at 6 sigma every 32 tokens, uniform noise within +-sqrt(3)."""
+        rho, a, u = self.stickiness, self.sticky_std, math.sqrt(3)
+        innov = a * math.sqrt(1 - rho * rho) * u
+        x_max = max(6 * a, 6 * a * rho**31 + innov * (1 - rho**31) / (1 - rho))
         return (6 * (self.layer_pref_std + self.task_pref_std + self.request_pref_std)
-                + ar_max(self.sticky_std, self.stickiness)
-                + ar_max(self.token_noise_std, self.fast_stickiness)
-                + math.sqrt(3) * self.guess_noise_std)
+                + x_max + u * (self.token_noise_std + self.guess_noise_std))
 
     def check(self) -> None:
+        if int(self.seed) < 0:
+            raise ValueError("synthetic.seed: must be >= 0")
         ints = ("num_requests", "prompt_len", "output_len", "embed_dim")
         for name in ints:
             if int(getattr(self, name)) < 1:
                 raise ValueError(f"synthetic.{name}: must be >= 1")
-        for name in ("stickiness", "fast_stickiness"):
-            if not 0.0 <= getattr(self, name) < 1.0:
-                raise ValueError(f"synthetic.{name}: must be in [0, 1)")
-        stds = ("layer_pref_std", "task_pref_std", "request_pref_std", "sticky_std", "token_noise_std",
-                "guess_noise_std", "embed_noise", "arrival_ms")
+        if not 0.0 <= self.stickiness < 1.0:
+            raise ValueError("synthetic.stickiness: must be in [0, 1)")
+        stds = ("layer_pref_std", "task_pref_std", "request_pref_std", "sticky_std",
+                "token_noise_std", "guess_noise_std", "embed_noise", "arrival_ms")
         for name in stds:
             v = float(getattr(self, name))
             if not math.isfinite(v) or v < 0:
@@ -107,28 +106,21 @@ def _skewed(rng: np.random.Generator, shape: tuple) -> np.ndarray:
     return (rng.gumbel(size=shape) - np.euler_gamma) * (math.sqrt(6) / math.pi)
 
 
-def _uniform(rng: np.random.Generator, shape: tuple) -> np.ndarray:
-    """Unit-variance zero-mean uniform noise, 65536 levels, float32 `shape` (bounded +-1.73)."""
-    w = rng.bit_generator.random_raw(-(-math.prod(shape) // 4)).view(np.uint16)
-    return ((w[:math.prod(shape)].astype(np.float32) - np.float32(_U16_MEAN))
-            * np.float32(1 / _U16_STD)).reshape(shape)
-
-
-def _geometry(stacks: tuple[str, ...], P: int, O: int):
-    """Per-request layout: prefill tokens n0 [L], tokens per (step, layer) [O, L], row
+def _geometry(stacks: tuple[str, ...], P: int, S: int):
+    """Per-request layout: prefill tokens n0 [L], tokens per (step, layer) [S, L], row
     pattern (token position pt, layer pl) [rows per request], positions per layer t_max."""
     enc = np.array([s == "encoder" for s in stacks])
     enc_dec = bool(enc.any())
     n0 = np.where(enc | (not enc_dec), P, 1).astype(np.int64)
-    counts = np.ones((O, len(stacks)), np.int64)
+    counts = np.ones((S, len(stacks)), np.int64)
     counts[:, enc] = 0
     counts[0] = n0
-    starts = n0[None, :] + np.arange(O)[:, None] - 1  # first token position of (step, layer)
+    starts = n0[None, :] + np.arange(S)[:, None] - 1  # first token position of (step, layer)
     starts[0] = 0
     c, s = counts.ravel(), starts.ravel()
     first = np.repeat(np.cumsum(c) - c, c)
     pt = np.repeat(s, c) + np.arange(int(c.sum())) - first
-    pl = np.repeat(np.tile(np.arange(len(stacks)), O), c)
+    pl = np.repeat(np.tile(np.arange(len(stacks)), S), c)
     return n0, counts, pt, pl, int(pt.max()) + 1
 
 
@@ -137,83 +129,112 @@ def _route_chunk(rng, pref, cfg, n0, counts, t_max, k2, keep):
 
     pref float32 [c, L, E] (bounded log-preferences) -> (cand int32 [t_max, c, L, k2]: the
     top-k2 scores of each (position, request, layer) as float bits with the expert id in the
-    low bits; probs float32 [c, O, L, E]: router probabilities averaged over each step).
+    low bits; probs float32 [c, S, L, E]: router probabilities averaged over each step).
     """
     c, L, E = pref.shape
-    O = counts.shape[0]
+    S = counts.shape[0]
     ids = np.arange(E, dtype=np.int32)
-    # Two AR(1) states driven by the same raw uint16 noise w (mean _U16_MEAN): slow z
-    # (std sticky_std) and fast f (std token_noise_std). Their means are folded into `base`
-    # (shifted states), so the loop only multiplies and adds.
-    rs, rf = cfg.stickiness, cfg.fast_stickiness
-    alpha = np.float32(cfg.sticky_std * math.sqrt(1 - rs * rs) / _U16_STD)
-    beta = np.float32(cfg.token_noise_std * math.sqrt(1 - rf * rf) / _U16_STD)
-    mz, mf = float(alpha) * _U16_MEAN / (1 - rs), float(beta) * _U16_MEAN / (1 - rf)
-    base = (pref + np.float32(SCORE_OFFSET - mz - mf)).astype(np.float32)
+    # Raw uint16 noise w (mean _U16_MEAN) drives X; the means are folded into a shifted state
+    # z = X + mz and into `base`, so the loop only multiplies and adds.
+    rho, a = cfg.stickiness, cfg.sticky_std
+    alpha = np.float32(a * math.sqrt(1 - rho * rho) / _U16_STD)
+    beta = np.float32(cfg.token_noise_std / _U16_STD)
+    mz = float(alpha) * _U16_MEAN / (1 - rho)
+    base = (pref + np.float32(SCORE_OFFSET - mz - float(beta) * _U16_MEAN)).astype(np.float32)
     z = np.clip(rng.standard_normal((c, L, E), dtype=np.float32), -6, 6)
-    z = z * np.float32(cfg.sticky_std) + np.float32(mz)  # stationary start
-    f = np.clip(rng.standard_normal((c, L, E), dtype=np.float32), -6, 6)
-    f = f * np.float32(cfg.token_noise_std) + np.float32(mf)
-    zlim = (np.float32(mz - 6 * cfg.sticky_std), np.float32(mz + 6 * cfg.sticky_std))
-    flim = (np.float32(mf - 6 * cfg.token_noise_std), np.float32(mf + 6 * cfg.token_noise_std))
+    z = z * np.float32(a) + np.float32(mz)  # stationary start
+    zlim = (np.float32(mz - 6 * a), np.float32(mz + 6 * a))
     y, p, tmp = (np.empty((c, L, E), np.float32) for _ in range(3))
     cand = np.empty((t_max, c, L, k2), np.int32)
-    probs = np.zeros((c, O, L, E), np.float32)
+    probs = np.zeros((c, S, L, E), np.float32)
     ones = np.ones(E, np.float32)
     stride = max(1, int(n0.max()) // PROBS_PREFILL_TOKENS)
+    tpos = np.arange(t_max)[:, None]
+    steps = np.where(tpos < n0, 0, tpos - n0 + 1)  # step of position t at each layer, [T, L]
+    live = (steps < S) & (counts[np.minimum(steps, S - 1), np.arange(L)] > 0)
+    live &= (steps > 0) | (tpos % stride == 0)  # probs: decode tokens, every stride-th prefill
+    uniform = live.all(axis=1) & (steps == steps[:, :1]).all(axis=1)  # one step for all layers
     for t in range(t_max):
         w = rng.bit_generator.random_raw(c * L * E // 4).view(np.uint16).reshape(c, L, E)
-        z *= np.float32(rs)
+        z *= np.float32(rho)
         np.multiply(w, alpha, out=tmp)
-        z += tmp
-        f *= np.float32(rf)
-        np.multiply(w, beta, out=tmp)
-        f += tmp
-        if t % 32 == 31:  # keep both states within 6 sigma so scores stay positive
+        z += tmp  # X[t] + mz
+        if t % 32 == 31:  # keep |X| <= 6 sigma so offset scores stay positive
             np.clip(z, *zlim, out=z)
-            np.clip(f, *flim, out=f)
         np.add(base, z, out=y)
-        y += f  # score + SCORE_OFFSET, float32 [c, L, E]
-        step = np.where(t < n0, 0, t - n0 + 1)  # step of position t at each layer, [L]
-        live = (step < O) & (counts[np.minimum(step, O - 1), np.arange(L)] > 0)
-        live &= (step > 0) | (t % stride == 0)  # prefill probs: every stride-th token
-        if live.any():
+        np.multiply(w, beta, out=tmp)
+        y += tmp  # score + SCORE_OFFSET, float32 [c, L, E]
+        if uniform[t] or live[t].any():
             np.subtract(y, np.float32(SCORE_OFFSET), out=p)
             np.exp(p, out=p)
             p *= (1 / (p @ ones))[..., None]  # per-token router probabilities
-            if live.all() and (step == step[0]).all():
-                probs[:, step[0]] += p
+            if uniform[t]:
+                probs[:, steps[t, 0]] += p
             else:
-                probs[:, step[live], np.flatnonzero(live)] += p[:, live]
+                lay = np.flatnonzero(live[t])
+                probs[:, steps[t, lay], lay] += p[:, lay]
         v = y.view(np.int32)
         v &= keep
         v |= ids  # low bits carry the expert id: no ties, id recoverable
-        cand[t] = np.partition(v, E - k2, axis=-1)[..., E - k2:]
+        v.partition(E - k2, axis=-1)  # in place: y is rebuilt next step
+        cand[t] = v[..., E - k2:]
     probs[:, 0] /= ((n0 - 1) // stride + 1)[None, :, None]  # prefill: mean over sampled tokens
     return cand, probs
 
 
 def _top_keys(keys: np.ndarray, k: int) -> np.ndarray:
-    """The k largest packed keys of each row (unordered): int32 [..., k]."""
-    return np.partition(keys, keys.shape[-1] - k, axis=-1)[..., keys.shape[-1] - k:]
+    """Partition `keys` in place (each row keeps its values); view of the k largest packed
+    keys of each row, unordered: int32 [..., k]."""
+    keys.partition(keys.shape[-1] - k, axis=-1)
+    return keys[..., keys.shape[-1] - k:]
+
+
+def _finish_chunk(rng, cand, cfg, E, k, keep, idt, block=16):
+    """Top-k ids, weights and next-layer guesses from the candidates int32 [T, c, L, k2];
+    outputs [T, c, L, k] (guess E at the last layer). Works on `block` positions at a time
+    so that every pass stays in cache."""
+    T, c, L, k2 = cand.shape
+    ids, guess = np.empty((T, c, L, k), idt), np.full((T, c, L, k), E, idt)
+    weights = np.empty((T, c, L, k), np.float16)
+    noise_scale = np.float32(cfg.guess_noise_std / _U8_STD)
+    for t0 in range(0, T, block):
+        blk = cand[t0:t0 + block]
+        top = _top_keys(blk, k)  # reorders each row of blk in place; its values stay
+        ids[t0:t0 + block] = top & ~keep
+        w = (top & keep).view(np.float32)
+        w -= np.float32(SCORE_OFFSET)
+        np.exp(w, out=w)  # |score| < SCORE_OFFSET - 1: no overflow, no underflow to 0
+        w /= (w @ np.ones(k, np.float32))[..., None]  # softmax over the chosen experts
+        weights[t0:t0 + block] = w
+        # Guess made at layer l: layer l+1's k2 candidate scores plus uniform noise of std
+        # guess_noise_std (256 levels; its mean does not change the ranking), re-ranked.
+        nxt = blk[:, :, 1:]
+        noisy = (nxt & keep).view(np.float32)
+        w8 = rng.bit_generator.random_raw(-(-noisy.size // 8)).view(np.uint8)
+        noisy += w8[:noisy.size].reshape(noisy.shape) * noise_scale
+        gkey = noisy.view(np.int32)
+        gkey &= keep
+        gkey |= nxt & ~keep
+        guess[t0:t0 + block, :, :-1] = _top_keys(gkey, k) & ~keep
+    return ids, weights, guess
 
 
 def generate_trace(model: ModelSpec, cfg: SyntheticConfig) -> Trace:
     """A valid synthetic routing trace of cfg.num_requests requests for `model`."""
     cfg.check()
     L, E, k = model.num_moe_layers, model.num_experts, model.top_k
-    R, P, O = int(cfg.num_requests), int(cfg.prompt_len), int(cfg.output_len)
+    R, P, S = int(cfg.num_requests), int(cfg.prompt_len), int(cfg.output_len)  # S steps
     k2 = min(E, 2 * k)
     stacks = tuple(model.moe_layer_stacks)
     mix = task_mix([tuple(t) for t in cfg.tasks])
     n_tasks = len(mix)
     task_of = np.arange(R) % n_tasks  # round-robin: the first n_tasks requests cover every task
-    n0, counts, pt, pl, t_max = _geometry(stacks, P, O)
+    n0, counts, pt, pl, t_max = _geometry(stacks, P, S)
     rows_per_req = len(pt)
-    # Task-level state depends on seed only, so both splits share the same tasks.
+    # Model- and task-level state depend on the seed only: both splits share the same tasks.
     task_pref = _skewed(stream(cfg.seed, "synthetic/task-prefs"), (n_tasks, L, E))
     task_pref *= cfg.task_pref_std
-    task_pref += cfg.layer_pref_std * _skewed(stream(cfg.seed, "synthetic/layer-prefs"), (L, E))  # model-level popularity, shared by all tasks
+    task_pref += cfg.layer_pref_std * _skewed(stream(cfg.seed, "synthetic/layer-prefs"), (L, E))
     centroids = stream(cfg.seed, "synthetic/task-centroids").standard_normal(
         (n_tasks, cfg.embed_dim))
     centroids /= np.linalg.norm(centroids, axis=1, keepdims=True)
@@ -221,15 +242,13 @@ def generate_trace(model: ModelSpec, cfg: SyntheticConfig) -> Trace:
     idt = id_dtype(E)
     id_bits = max(1, (E - 1).bit_length())
     keep = np.int32(~((1 << id_bits) - 1))  # mask of the score bits of a packed key
-    g_bits = max(1, (k2 - 1).bit_length())
-    g_keep = np.int32(~((1 << g_bits) - 1))
     pref_clip = 6 * (cfg.layer_pref_std + cfg.task_pref_std + cfg.request_pref_std)
     same_stack = np.array([stacks[i + 1] == stacks[i] for i in range(L - 1)], bool)
     # row r * rows_per_req + i of the chunk's output is position pt[i] of layer pl[i]
     gather_base = pt * (CHUNK_REQUESTS * L) + pl
     N = R * rows_per_req
     topk, spec = np.empty((N, k), idt), np.empty((N, k), idt)
-    weights, probs = np.empty((N, k), np.float16), np.empty((R * O * L, E), np.float16)
+    weights, probs = np.empty((N, k), np.float16), np.empty((R * S * L, E), np.float16)
     for c0 in range(0, R, CHUNK_REQUESTS):
         rng = stream(cfg.seed, f"synthetic/{cfg.split}/routing/chunk{c0 // CHUNK_REQUESTS:06d}")
         n = min(CHUNK_REQUESTS, R - c0)
@@ -238,26 +257,14 @@ def generate_trace(model: ModelSpec, cfg: SyntheticConfig) -> Trace:
                 + cfg.request_pref_std * _skewed(rng, (CHUNK_REQUESTS, L, E)))
         pref = np.clip(pref, -pref_clip, pref_clip).astype(np.float32)
         cand, pr = _route_chunk(rng, pref, cfg, n0, counts, t_max, k2, keep)
-        top = _top_keys(cand, k)  # int32 [T, c, L, k]
-        w = (top & keep).view(np.float32)
-        w -= np.float32(SCORE_OFFSET)
-        np.exp(w, out=w)  # |score| < SCORE_OFFSET - 1: no overflow, no underflow to 0
-        w /= (w @ np.ones(k, np.float32))[..., None]  # softmax over the chosen experts
-        # Next-layer guess made at layer l: layer l+1's top-k2 scores plus noise, re-ranked;
-        # the candidate index (not the expert id) goes into the low bits this time.
-        nxt = (cand[:, :, 1:] & keep).view(np.float32)
-        nxt += np.float32(cfg.guess_noise_std) * _uniform(rng, nxt.shape)
-        gkey = (nxt.view(np.int32) & g_keep) | np.arange(k2, dtype=np.int32)
-        pos = _top_keys(gkey, k) & ~g_keep
-        guess = np.full(top.shape, E, idt)
-        guess[:, :, :-1] = np.take_along_axis(cand[:, :, 1:] & ~keep, pos, axis=-1)
+        ids, w, guess = _finish_chunk(rng, cand, cfg, E, k, keep, idt)
         guess[:, :, :-1][:, :, ~same_stack] = E  # the token does not pass through layer l+1
         idx = (gather_base[None, :] + np.arange(n)[:, None] * L).ravel()
         rows = slice(c0 * rows_per_req, (c0 + n) * rows_per_req)
-        topk[rows] = (top & ~keep).astype(idt).reshape(-1, k).take(idx, axis=0)
-        weights[rows] = w.astype(np.float16).reshape(-1, k).take(idx, axis=0)
+        topk[rows] = ids.reshape(-1, k).take(idx, axis=0)
+        weights[rows] = w.reshape(-1, k).take(idx, axis=0)
         spec[rows] = guess.reshape(-1, k).take(idx, axis=0)
-        probs[c0 * O * L:(c0 + n) * O * L] = pr[:n].reshape(-1, E)
+        probs[c0 * S * L:(c0 + n) * S * L] = pr[:n].reshape(-1, E)
 
     emb_rng = stream(cfg.seed, f"synthetic/{cfg.split}/embeddings")
     emb = centroids[task_of] + cfg.embed_noise * emb_rng.standard_normal(
@@ -275,12 +282,12 @@ def generate_trace(model: ModelSpec, cfg: SyntheticConfig) -> Trace:
                                             **asdict(cfg)},
     }
     meta["generator"]["tasks"] = [[str(d), int(n)] for d, n in cfg.tasks]
-    steps = np.concatenate([[0], np.cumsum(np.full(R, O, np.int64))])
+    steps = np.concatenate([[0], np.cumsum(np.full(R, S, np.int64))])
     block_counts = np.tile(counts.ravel(), R)
     return Trace(
         meta=meta, request_ids=request_ids, datasets=[mix[j][0] for j in task_of],
         tasks=[mix[j][1] for j in task_of], prompt_len=np.full(R, P, np.int32),
-        output_len=np.full(R, O, np.int32),
+        output_len=np.full(R, S, np.int32),
         arrival_ms=np.arange(R, dtype=np.float64) * float(cfg.arrival_ms),
         step_offsets=steps, block_offsets=np.concatenate([[0], np.cumsum(block_counts)]),
         topk=topk, weights=weights, probs=probs, spec_topk=spec,
