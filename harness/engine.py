@@ -231,23 +231,27 @@ class Engine:
         # Run order: ready residents (ascending id), in-flight by ready time, demand fetches.
         order, late, missing = [], None, None
         for e, c in zip(experts, counts):
-            key = base + e
-            t = ready_ms.get(key)
+            t = ready_ms.get(base + e)
             if t is None:
                 if missing is None:
                     missing = []
                 missing.append((e, c))
             elif t <= now:
                 order.append((e, c, False))
-                in_use.add(key)
             else:
                 if late is None:
                     late = []
                 late.append((t, e, c))
-                in_use.add(key)
+        if missing is None and late is None and not self.queue and not self._wants_done:
+            # Every expert is ready and nothing can be copied meanwhile: run back to back.
+            now = self._run_ready(experts, counts, base, owner, members[0][0], now)
+            self.rec._blocks.extend((info.index, layer, len(self.rec._acc) // ACC_COLS))
+            return now
+        in_use.update([base + e for e, _, _ in order])
         if late:
             late.sort()
             order.extend((e, c, False) for _, e, c in late)
+            in_use.update([base + e for _, e, _ in late])
         deferred = []
         if missing:
             for e, c in missing:
@@ -298,6 +302,22 @@ class Engine:
                 self._retry(deferred, order, base, now)
                 n = len(order)
         rec._blocks.extend((info.index, layer, len(acc) // ACC_COLS))
+        return now
+
+    def _run_ready(self, experts, counts, base, owner, first_owner, now) -> float:
+        """All of a layer's experts are ready and the copy engine has no queue: every access
+        is a hit and the experts run back to back (the common decode case, kept lean)."""
+        acc, first_use = self.rec._acc, self.rec.tr_first_use
+        transfer_of, memo = self.cache.transfer_of, self._expert_ms_memo
+        for e, c in zip(experts, counts):
+            tid = transfer_of[base + e]
+            if first_use[tid] < 0:
+                first_use[tid] = len(acc) // ACC_COLS
+            dur = memo.get(c)
+            if dur is None:
+                dur = memo[c] = self.backend.expert_ms(c)
+            acc.extend((e, HIT, tid, now, now, first_owner if owner is None else owner[e]))
+            now += dur
         return now
 
     def _unblock(self, deferred, order, base: int, now: float, layer: int) -> None:
