@@ -49,11 +49,12 @@ def row(result: dict) -> dict:
     }
 
 
-def _fmt(value) -> str:
+def _fmt(value, column: str = "") -> str:
     if value is None:
         return ""
     if isinstance(value, float):
-        return f"{value:.4f}" if abs(value) < 10 else f"{value:.1f}"
+        # Milliseconds to 0.01 ms; rates and GB per token to 4 decimals.
+        return f"{value:.2f}" if column.endswith("_ms") or "_ms_" in column else f"{value:.4f}"
     return str(value)
 
 
@@ -84,10 +85,10 @@ def render(results: list[dict]) -> tuple[str, str]:
     writer = csv.DictWriter(buf, fieldnames=COLUMNS, lineterminator="\n")
     writer.writeheader()
     for r in rows:
-        writer.writerow({k: _fmt(v) for k, v in r.items()})
+        writer.writerow({k: _fmt(v, k) for k, v in r.items()})
     md = header(results) + ["", "| " + " | ".join(COLUMNS) + " |",
                             "|" + "---|" * len(COLUMNS)]
-    md += ["| " + " | ".join(_fmt(r[c]) for c in COLUMNS) + " |" for r in rows]
+    md += ["| " + " | ".join(_fmt(r[c], c) for c in COLUMNS) + " |" for r in rows]
     md += [""] + [f"{i + 1}. {note}" for i, note in enumerate(TABLE1_FOOTNOTES)]
     failed = [r for r in results if r["status"] == "failed"]
     md += [f"- {r['system']['name']} failed: {r['reason']}" for r in failed]

@@ -28,6 +28,7 @@ class LayerOffload(System):
         self.streamed = list(range(self.n_resident, L))
         self.fifo: OrderedDict[int, None] = OrderedDict()  # streamed keys, oldest load first
         self.proposal: list[int] | None = None
+        self.last_target: tuple | None = None  # (streamed layer or None, next streamed layer)
 
     def initial_residents(self) -> list[int]:
         return list(range(self.n_resident * self.ctx.num_experts))
@@ -42,7 +43,11 @@ class LayerOffload(System):
         layer = routing.layer
         later = [s for s in self.streamed if s > layer]
         nxt = later[0] if later else self.streamed[0]  # wraps to the next iteration
-        keys = self._layer_keys(layer) if layer >= self.n_resident else []
+        current = layer if layer >= self.n_resident else None
+        if (current, nxt) == self.last_target:
+            return  # the queue already holds this request (consecutive resident layers)
+        self.last_target = (current, nxt)
+        keys = self._layer_keys(layer) if current is not None else []
         self.proposal = keys + self._layer_keys(nxt)
 
     def propose_prefetch(self, now_ms):
