@@ -110,7 +110,7 @@ class System:
     name = "base"
     label = ""  # who the system stands for, shown in tables
     oracle = False  # True: receives the full trace (future routing) in bind()
-    uses_fields: tuple[str, ...] = ()  # optional trace fields read; fallbacks in docs/systems
+    uses_fields: tuple[str, ...] = ()  # optional trace fields read; fallbacks in docs/systems.md
 
     def bind(self, ctx: SystemContext) -> None:
         """Called once before the run."""
