@@ -15,10 +15,10 @@ from __future__ import annotations
 import time
 from collections import deque
 
+from harness.blocks import BlockIndex
 from harness.cache import ExpertCache
 from harness.recorder import ACC_COLS, DEMAND, HIT, LATE, MISS, PREFETCH, PRELOAD, Recorder
 from harness.schedule import Scheduler
-from harness.trace import BlockIndex
 from systems.base import IterationInfo, LayerRouting, RequestInfo, System, SystemContext
 
 

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import heapq
 
+from harness.blocks import block_unions
 from harness.schedule import schedule_is_timing_independent, static_schedule
-from harness.trace import block_unions
 from systems.base import System
 
 _NEVER = 1 << 62
