@@ -60,12 +60,17 @@ def package_versions() -> dict:
     return out
 
 
-def _parquet(columns: dict[str, np.ndarray], path: Path, schema_name: str, run_id: str) -> None:
+def _parquet(columns: dict[str, np.ndarray], path: Path, schema_name: str, run_id: str,
+             request_ids: list[str] | None) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     n = len(next(iter(columns.values()))) if columns else 0
     arrays = {"run_id": pa.array([run_id] * n, type=pa.string())}
+    if request_ids is not None and "request" in columns:
+        # The trace's request id for each row, dictionary-encoded (a few bytes per row).
+        arrays["request_id"] = pa.DictionaryArray.from_arrays(
+            pa.array(columns["request"], type=pa.int32()), pa.array(request_ids, pa.string()))
     arrays.update({k: pa.array(v) for k, v in columns.items()})
     table = pa.table(arrays)
     table = table.replace_schema_metadata({
@@ -74,7 +79,8 @@ def _parquet(columns: dict[str, np.ndarray], path: Path, schema_name: str, run_i
     pq.write_table(table, path, compression="zstd")
 
 
-def write_run(run_dir: Path, result: dict, tables: dict | None) -> Path:
+def write_run(run_dir: Path, result: dict, tables: dict | None,
+              request_ids: list[str] | None = None) -> Path:
     """Write result.json (+ parquet tables) atomically into run_dir; returns run_dir."""
     run_dir = Path(run_dir)
     run_dir.parent.mkdir(parents=True, exist_ok=True)
@@ -86,7 +92,7 @@ def write_run(run_dir: Path, result: dict, tables: dict | None) -> Path:
         if tables is not None:
             run_id = result["run_id"]
             for name in ("accesses", "tokens", "transfers"):
-                _parquet(tables[name], tmp / f"{name}.parquet", name, run_id)
+                _parquet(tables[name], tmp / f"{name}.parquet", name, run_id, request_ids)
         text = json.dumps(result, sort_keys=True, indent=1, ensure_ascii=True, allow_nan=False)
         (tmp / "result.json").write_text(text + "\n")
         if run_dir.exists():

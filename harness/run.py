@@ -172,6 +172,6 @@ def run_config(cfg: dict) -> dict:
         "policy_s": engine.policy_s if tables is not None else None,
     }
     run_dir = Path(cfg["results_dir"]) / str(cfg["experiment_name"]) / str(cfg["run_name"])
-    write_run(run_dir, result, tables)
+    write_run(run_dir, result, tables, trace.request_ids)
     result["_run_dir"] = str(run_dir)
     return result

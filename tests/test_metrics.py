@@ -298,3 +298,10 @@ def test_batching_shape(run):
     if run["name"] == "lru_file":
         assert run["result"]["trace"]["source"] == "shifted.npz"
         assert run["arrival"][0] == SHIFT_MS
+
+
+def test_request_ids_name_the_trace_requests(run):
+    ids = np.array(run["trace"].request_ids, dtype=object)
+    for table in ("acc", "tok"):
+        t = run[table]
+        assert list(t["request_id"]) == list(ids[t["request"]])
