@@ -50,12 +50,11 @@ class LRU(System):
             return
         ids, votes = routing.spec_votes()  # guesses over the iteration's tokens, ascending
         base = nxt * E
-        if len(ids) <= self.slots_per_layer:  # all fit: no ranking needed
-            self.proposal = [base + e for e in ids]
-            return
-        # Most-voted first, ties by lowest id; at most the next layer's slots.
-        ranked = sorted(range(len(ids)), key=lambda i: -votes[i])[: self.slots_per_layer]
-        self.proposal = [base + ids[i] for i in ranked]
+        # Most-voted first, ties by lowest id; at most the next layer's slots. With one vote
+        # each (decode at batch 1) ascending id is already that order.
+        if max(votes, default=0) > 1:
+            ids = [ids[i] for i in sorted(range(len(ids)), key=lambda i: -votes[i])]
+        self.proposal = [base + e for e in ids[: self.slots_per_layer]]
 
     def propose_prefetch(self, now_ms):
         proposal, self.proposal = self.proposal, None
