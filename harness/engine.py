@@ -245,7 +245,7 @@ class Engine:
         if missing is None and late is None and not self.queue and not self._wants_done:
             # Every expert is ready and nothing can be copied meanwhile: run back to back.
             now = self._run_ready(experts, counts, base, owner, members[0][0], now)
-            self.rec._blocks.extend((info.index, layer, len(self.rec._acc) // ACC_COLS))
+            self.rec.block(info.index, layer)
             return now
         in_use.update([base + e for e, _, _ in order])
         if late:
@@ -301,7 +301,7 @@ class Engine:
             if deferred:
                 self._retry(deferred, order, base, now)
                 n = len(order)
-        rec._blocks.extend((info.index, layer, len(acc) // ACC_COLS))
+        rec.block(info.index, layer)
         return now
 
     def _run_ready(self, experts, counts, base, owner, first_owner, now) -> float:

@@ -31,13 +31,10 @@ class Recorder:
         self.peak_cache_bytes = 0
 
     # ---- hot path ---------------------------------------------------------------------------
-    def access(self, expert: int, cls: int, tid: int, need_ms: float, start_ms: float,
-               owner: int) -> None:
-        if self.tr_first_use[tid] < 0:
-            self.tr_first_use[tid] = len(self._acc) // ACC_COLS
-        self._acc.extend((expert, cls, tid, need_ms, start_ms, owner))
-
+    # Access rows (ACC_COLS values each, and the copy's first use in tr_first_use) are appended
+    # by the engine's inner loop directly, without a method call per access.
     def block(self, iteration: int, layer: int) -> None:
+        """Close the current (iteration, layer): its accesses are the rows appended since."""
         self._blocks.extend((iteration, layer, len(self._acc) // ACC_COLS))
 
     def transfer(self, key: int, kind: int, proposed: float, issue: float, start: float,

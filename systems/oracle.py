@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import heapq
 
-from harness.blocks import block_unions
+from harness.blocks import BlockIndex
 from harness.schedule import schedule_is_timing_independent, static_schedule
 from systems.base import System
 
@@ -23,19 +23,15 @@ _NEVER = 1 << 62
 
 def access_sequence(trace, max_batch: int) -> tuple[list[int], list[int]]:
     """Keys in engine order and, per non-empty block, the position of its first access."""
-    ids, _, bounds = block_unions(trace)
-    bounds = bounds.tolist()
-    L, E, off = trace.num_layers, trace.num_experts, trace.step_offsets.tolist()
+    index = BlockIndex(trace)
+    L, E = trace.num_layers, trace.num_experts
     keys, block_starts = [], []
     for _, members in static_schedule(trace.arrival_ms, trace.output_len, max_batch):
         for layer in range(L):
-            union = set()
-            for r, s in members:
-                b = (off[r] + s) * L + layer
-                union.update(ids[bounds[b]:bounds[b + 1]])
+            union, _, _ = index.union({r: index.block(r, s, layer) for r, s in members})
             if union:
                 block_starts.append(len(keys))
-                keys.extend(layer * E + e for e in sorted(union))
+                keys.extend(layer * E + e for e in union)
     return keys, block_starts
 
 
