@@ -34,7 +34,34 @@ def request_latencies(tokens: dict, arrival_ms: np.ndarray) -> dict[str, np.ndar
             "tokens": count}
 
 
-def summarize(tables: dict, arrival_ms: np.ndarray, expert_bytes: int) -> dict:
+def slo_goodput(lat: dict[str, np.ndarray], makespan_ms: float, slo_ttft_ms: float,
+                slo_tpot_ms: float) -> dict:
+    """Requests meeting both latency SLOs, and their rate over the makespan.
+
+    A request meets the SLOs when it completed (produced a token), its TTFT <= slo_ttft_ms and
+    its TPOT <= slo_tpot_ms; a one-token request has no TPOT and meets that SLO vacuously.
+    goodput_rps = those requests / (makespan_ms / 1e3), the same denominator as tokens_per_s.
+    """
+    done = lat["tokens"] > 0
+    ttft_ok = done & (lat["ttft_ms"] <= slo_ttft_ms)
+    tpot = lat["tpot_ms"]
+    tpot_ok = done & (np.isnan(tpot) | (tpot <= slo_tpot_ms))
+    met = int(np.sum(ttft_ok & tpot_ok))
+    n_done = int(np.sum(done))
+    per_s = makespan_ms / 1e3
+    return {
+        "slo_ttft_ms": float(slo_ttft_ms), "slo_tpot_ms": float(slo_tpot_ms),
+        "requests_completed": n_done, "requests_meeting_slo": met,
+        "requests_meeting_ttft_slo": int(np.sum(ttft_ok)),
+        "requests_meeting_tpot_slo": int(np.sum(tpot_ok)),
+        "slo_attainment": met / n_done if n_done else None,
+        "goodput_rps": met / per_s if per_s > 0 else None,
+        "requests_per_s": n_done / per_s if per_s > 0 else None,
+    }
+
+
+def summarize(tables: dict, arrival_ms: np.ndarray, expert_bytes: int,
+              slo_ttft_ms: float = 2000.0, slo_tpot_ms: float = 200.0) -> dict:
     acc, tr, tok = tables["accesses"], tables["transfers"], tables["tokens"]
     cls = acc["class"]
     n_acc = len(cls)
@@ -80,4 +107,5 @@ def summarize(tables: dict, arrival_ms: np.ndarray, expert_bytes: int) -> dict:
         "tpot_ms": _stats(tpot),
         "e2e_ms": _stats(lat["e2e_ms"]),
         "expert_bytes": int(expert_bytes),
+        **slo_goodput(lat, makespan_ms, slo_ttft_ms, slo_tpot_ms),
     }

@@ -95,9 +95,23 @@ def _trace_info(tr: Trace | None, system: System | None = None) -> dict | None:
             "routing_source": tr.routing_source, "num_requests": tr.num_requests,
             "prompt_len_mean": float(np.mean(tr.prompt_len)),
             "output_len_mean": float(np.mean(tr.output_len)), "missing_fields": missing}
+    for key in ("arrivals", "prompts", "lengths_from", "tokenizer", "tokenizer_info", "embedder"):
+        if key in tr.meta:  # workload provenance (workloads/requests.py)
+            info[key] = tr.meta[key]
     if system is not None:
         info["missing_fields_used_by_system"] = [f for f in system.uses_fields if f in missing]
     return info
+
+
+def _slo(cfg: dict) -> tuple[float, float]:
+    """(slo_ttft_ms, slo_tpot_ms); defaults: MLPerf Inference's Mixtral-8x7B server scenario."""
+    out = []
+    for key, default in (("slo_ttft_ms", 2000.0), ("slo_tpot_ms", 200.0)):
+        value = cfg.get(key, default)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+            raise SpecError(f"{key}: must be a number > 0, got {value!r}")
+        out.append(float(value))
+    return out[0], out[1]
 
 
 def run_config(cfg: dict) -> dict:
@@ -109,6 +123,7 @@ def run_config(cfg: dict) -> dict:
     max_batch = cfg["max_batch"]
     if isinstance(max_batch, bool) or not isinstance(max_batch, int) or max_batch < 1:
         raise SpecError(f"max_batch: must be an integer >= 1, got {max_batch!r}")
+    slo = _slo(cfg)
     trace = _check_shape(load_routing(cfg, model, "measure"), model)
     max_ctx = int(np.max(trace.prompt_len.astype(np.int64) + trace.output_len))
     plan = plan_memory(model, hw, max_ctx, max_batch, cfg.get("expert_cache_gb"))
@@ -156,7 +171,8 @@ def run_config(cfg: dict) -> dict:
             result["status"], result["reason"] = "failed", f"{type(exc).__name__}: {exc}"
         else:
             tables = rec.tables()
-            result["metrics"] = summarize(tables, trace.arrival_ms, model.expert_bytes)
+            result["metrics"] = summarize(tables, trace.arrival_ms, model.expert_bytes,
+                                          *slo)
             result["metrics"]["peak_expert_cache_bytes"] = int(rec.peak_cache_bytes)
             # Diagnostics that are not per-access facts (not in the parquet files).
             result["engine"] = {"prefetches_dropped": int(rec.prefetch_dropped)}

@@ -238,8 +238,31 @@ def test_every_metric_is_covered(run):
                "demand_fetches", "h2d_bytes", "h2d_bytes_per_token", "h2d_gb_per_token",
                "preload_bytes", "gpu_stall_ms", "gpu_stall_ms_per_token",
                "decode_stall_ms_per_token", "tokens", "tokens_per_s", "makespan_ms", "queue_ms",
-               "ttft_ms", "tpot_ms", "e2e_ms", "expert_bytes", "peak_expert_cache_bytes"}
+               "ttft_ms", "tpot_ms", "e2e_ms", "expert_bytes", "peak_expert_cache_bytes",
+               "slo_ttft_ms", "slo_tpot_ms", "requests_completed", "requests_meeting_slo",
+               "requests_meeting_ttft_slo", "requests_meeting_tpot_slo", "slo_attainment",
+               "goodput_rps", "requests_per_s"}
     assert set(run["m"]) == covered
+
+
+def test_slo_goodput(run):
+    # Independent recomputation (docs/metrics.md, "SLO goodput"); hand-worked table in
+    # tests/test_online.py.
+    m, tok, arrival, cfg = run["m"], run["tok"], run["arrival"], run["cfg"]
+    assert (m["slo_ttft_ms"], m["slo_tpot_ms"]) == (cfg["slo_ttft_ms"], cfg["slo_tpot_ms"])
+    ttft_ok = tpot_ok = both = 0
+    for r in range(len(arrival)):
+        times = np.sort(tok["time_ms"][tok["request"] == r])
+        a = times[0] - arrival[r] <= cfg["slo_ttft_ms"]
+        b = len(times) == 1 or (times[-1] - times[0]) / (len(times) - 1) <= cfg["slo_tpot_ms"]
+        ttft_ok, tpot_ok, both = ttft_ok + a, tpot_ok + b, both + (a and b)
+    makespan_s = (float(tok["time_ms"].max()) - float(arrival.min())) / 1e3
+    assert m["requests_completed"] == len(arrival)
+    assert (m["requests_meeting_ttft_slo"], m["requests_meeting_tpot_slo"],
+            m["requests_meeting_slo"]) == (ttft_ok, tpot_ok, both)
+    assert m["goodput_rps"] == approx(both / makespan_s)
+    assert m["requests_per_s"] == approx(len(arrival) / makespan_s)
+    assert m["slo_attainment"] == approx(both / len(arrival))
 
 
 def test_peak_cache_bytes_from_transfers(run):

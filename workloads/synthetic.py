@@ -16,6 +16,11 @@ averaged over a step's tokens (prefill: over every max(1, P // 64)-th prompt tok
 time); `spec_topk` at layer l = top-k of layer l+1's scores plus uniform noise of std
 guess_noise_std, among layer l+1's top-2k experts (the only ones such noise can promote).
 
+Request-level inputs (workloads/requests.py, docs/serving.md): by default every request has
+prompt_len and output_len and its task from the synthetic mix. `arrivals` can give each request
+its own arrival and lengths, and `prompts` real tasks, texts and embeddings; with prompts the
+request term B[r] is mixed with a term driven by the prompt's embedding (`coupling`).
+
 Speed (one core): requests go through the time loop in cache-sized chunks; noise is raw uint16
 bits; top-k packs the expert id into the low mantissa bits of the (offset, positive) float score
 and runs np.partition on int32, several times faster than argpartition.
@@ -31,7 +36,7 @@ import numpy as np
 from harness.rng import stream
 from harness.specs import ModelSpec
 from harness.trace import Trace, id_dtype
-from workloads.tasks import PAPER_TASK_COUNTS, task_mix
+from workloads.tasks import PAPER_TASK_COUNTS
 
 CHUNK_REQUESTS = 32  # requests per inner loop; fixed so that output never depends on it
 SCORE_OFFSET = 32.0  # scores are shifted positive so float bits sort like integers
@@ -59,6 +64,10 @@ class SyntheticConfig:
     # prompt: entropy 5.57 of 6 bits, top expert 0.066 of a layer's routings, 97% of experts
     # used (36-token prompts: 5.21 bits, 0.084, 75%); all prompts: busiest expert 1.77x mean;
     # activation-matrix cosine 0.68 for adjacent prompts (same conversation) vs 0.61 random.
+    # The same values serve every model shape: a Mixtral-8x7B-shaped model (top-2 of 8) gets
+    # reuse 0.385, entropy 2.87 bits, top share 0.218, all experts used at 135-token prompts,
+    # vs 0.391, 2.90, 0.205, all in the real Mixtral sample (docs/routing.md), so there is no
+    # per-shape preset.
     layer_pref_std: float = 0.13  # model-wide popularity: aggregate busiest/mean 1.7
     task_pref_std: float = 0.25  # same-task activation cosine 0.69 vs 0.60 (P=128)
     request_pref_std: float = 0.36  # with task_pref_std: within-prompt entropy, top, used
@@ -68,6 +77,9 @@ class SyntheticConfig:
     guess_noise_std: float = 0.5  # next-layer guess error: ~0.72 of guessed experts right
     embed_dim: int = 384  # as all-MiniLM-L6-v2
     embed_noise: float = 1.0  # request noise norm vs unit task centroid: same-task cos ~0.5
+    # Request-level inputs (workloads/requests.py, docs/serving.md); None keeps the fields above.
+    arrivals: dict | None = None  # arrival process or Azure trace replay (workloads/arrivals.py)
+    prompts: dict | None = None  # tasks, texts and embeddings from a real dataset
 
     def score_bound(self) -> float:
         """Largest |score| the bounded noise allows: preferences clipped at 6 sigma, X clipped
@@ -127,12 +139,14 @@ def _geometry(stacks: tuple[str, ...], P: int, S: int):
 def _route_chunk(rng, pref, cfg, n0, counts, t_max, k2, keep):
     """Route one chunk of requests through all layers and token positions.
 
-    pref float32 [c, L, E] (bounded log-preferences) -> (cand int32 [t_max, c, L, k2]: the
+    pref float32 [c, L, E] (bounded log-preferences); per request prefill tokens n0 int [c, L]
+    and tokens per (step, layer) counts [c, S, L] (0 past a request's last step)
+    -> (cand int32 [t_max, c, L, k2]: the
     top-k2 scores of each (position, request, layer) as float bits with the expert id in the
     low bits; probs float32 [c, S, L, E]: router probabilities averaged over each step).
     """
     c, L, E = pref.shape
-    S = counts.shape[0]
+    S = counts.shape[1]
     ids = np.arange(E, dtype=np.int32)
     # Raw uint16 noise w (mean _U16_MEAN) drives X; the means are folded into a shifted state
     # z = X + mz and into `base`, so the loop only multiplies and adds.
@@ -148,12 +162,14 @@ def _route_chunk(rng, pref, cfg, n0, counts, t_max, k2, keep):
     cand = np.empty((t_max, c, L, k2), np.int32)
     probs = np.zeros((c, S, L, E), np.float32)
     ones = np.ones(E, np.float32)
-    stride = max(1, int(n0.max()) // PROBS_PREFILL_TOKENS)
-    tpos = np.arange(t_max)[:, None]
-    steps = np.where(tpos < n0, 0, tpos - n0 + 1)  # step of position t at each layer, [T, L]
-    live = (steps < S) & (counts[np.minimum(steps, S - 1), np.arange(L)] > 0)
+    stride = np.maximum(1, n0.max(axis=1) // PROBS_PREFILL_TOKENS)[:, None]  # [c, 1]
+    tpos = np.arange(t_max)[:, None, None]
+    steps = np.where(tpos < n0, 0, tpos - n0 + 1)  # step of position t, [T, c, L]
+    live = (steps < S) & (counts[np.arange(c)[:, None], np.minimum(steps, S - 1),
+                                 np.arange(L)] > 0)
     live &= (steps > 0) | (tpos % stride == 0)  # probs: decode tokens, every stride-th prefill
-    uniform = live.all(axis=1) & (steps == steps[:, :1]).all(axis=1)  # one step for all layers
+    # one step for every request and layer
+    uniform = live.all(axis=(1, 2)) & (steps == steps[:, :1, :1]).all(axis=(1, 2))
     for t in range(t_max):
         w = rng.bit_generator.random_raw(c * L * E // 4).view(np.uint16).reshape(c, L, E)
         z *= np.float32(rho)
@@ -169,16 +185,16 @@ def _route_chunk(rng, pref, cfg, n0, counts, t_max, k2, keep):
             np.exp(p, out=p)
             p *= (1 / (p @ ones))[..., None]  # per-token router probabilities
             if uniform[t]:
-                probs[:, steps[t, 0]] += p
+                probs[:, steps[t, 0, 0]] += p
             else:
-                lay = np.flatnonzero(live[t])
-                probs[:, steps[t, lay], lay] += p[:, lay]
+                req, lay = np.nonzero(live[t])
+                probs[req, steps[t, req, lay], lay] += p[req, lay]
         v = y.view(np.int32)
         v &= keep
         v |= ids  # low bits carry the expert id: no ties, id recoverable
         v.partition(E - k2, axis=-1)  # in place: y is rebuilt next step
         cand[t] = v[..., E - k2:]
-    probs[:, 0] /= ((n0 - 1) // stride + 1)[None, :, None]  # prefill: mean over sampled tokens
+    probs[:, 0] /= ((n0 - 1) // stride + 1)[:, :, None]  # prefill: mean over sampled tokens
     return cand, probs
 
 
@@ -220,17 +236,23 @@ def _finish_chunk(rng, cand, cfg, E, k, keep, idt, block=16):
 
 
 def generate_trace(model: ModelSpec, cfg: SyntheticConfig) -> Trace:
-    """A valid synthetic routing trace of cfg.num_requests requests for `model`."""
+    """A valid synthetic routing trace for `model`: cfg.num_requests requests, or as many as
+    cfg.arrivals gives (request-level inputs: workloads/requests.py)."""
     cfg.check()
+    from workloads.requests import plan_requests
+
+    plan = plan_requests(cfg, model)
     L, E, k = model.num_moe_layers, model.num_experts, model.top_k
-    R, P, S = int(cfg.num_requests), int(cfg.prompt_len), int(cfg.output_len)  # S steps
+    R = plan.num_requests
+    S_r = plan.output_len  # steps per request [R]
     k2 = min(E, 2 * k)
     stacks = tuple(model.moe_layer_stacks)
-    mix = task_mix([tuple(t) for t in cfg.tasks])
-    n_tasks = len(mix)
-    task_of = np.arange(R) % n_tasks  # round-robin: the first n_tasks requests cover every task
-    n0, counts, pt, pl, t_max = _geometry(stacks, P, S)
-    rows_per_req = len(pt)
+    n_tasks = plan.num_tasks
+    task_of = plan.task_index
+    shape_of = list(zip(plan.prompt_len.tolist(), S_r.tolist()))
+    geo = {ps: _geometry(stacks, *ps) for ps in dict.fromkeys(shape_of)}  # n0, counts, pt, pl, T
+    row_offsets = np.concatenate([[0], np.cumsum([len(geo[ps][2]) for ps in shape_of])])
+    steps = np.concatenate([[0], np.cumsum(S_r.astype(np.int64))])
     # Model- and task-level state depend on the seed only: both splits share the same tasks.
     task_pref = _skewed(stream(cfg.seed, "synthetic/task-prefs"), (n_tasks, L, E))
     task_pref *= cfg.task_pref_std
@@ -244,52 +266,63 @@ def generate_trace(model: ModelSpec, cfg: SyntheticConfig) -> Trace:
     keep = np.int32(~((1 << id_bits) - 1))  # mask of the score bits of a packed key
     pref_clip = 6 * (cfg.layer_pref_std + cfg.task_pref_std + cfg.request_pref_std)
     same_stack = np.array([stacks[i + 1] == stacks[i] for i in range(L - 1)], bool)
-    # row r * rows_per_req + i of the chunk's output is position pt[i] of layer pl[i]
-    gather_base = pt * (CHUNK_REQUESTS * L) + pl
-    N = R * rows_per_req
+    # row i of a request's output is position pt[i] of layer pl[i]: row pt * c * L + pl of the
+    # chunk's [T, c, L] outputs, plus L per request before it in the chunk
+    gather_base = {ps: g[2] * (CHUNK_REQUESTS * L) + g[3] for ps, g in geo.items()}
+    N = int(row_offsets[-1])
     topk, spec = np.empty((N, k), idt), np.empty((N, k), idt)
-    weights, probs = np.empty((N, k), np.float16), np.empty((R * S * L, E), np.float16)
+    weights, probs = np.empty((N, k), np.float16), np.empty((int(steps[-1]) * L, E), np.float16)
     for c0 in range(0, R, CHUNK_REQUESTS):
         rng = stream(cfg.seed, f"synthetic/{cfg.split}/routing/chunk{c0 // CHUNK_REQUESTS:06d}")
         n = min(CHUNK_REQUESTS, R - c0)
-        tasks_c = np.arange(c0, c0 + CHUNK_REQUESTS) % n_tasks  # full chunk: prefix-stable
-        pref = (task_pref[tasks_c]
-                + cfg.request_pref_std * _skewed(rng, (CHUNK_REQUESTS, L, E)))
+        # A short last chunk is padded with copies of its last request (outputs dropped): the
+        # draws keep their shapes, and each request's scores depend only on its own row.
+        members = np.minimum(np.arange(c0, c0 + CHUNK_REQUESTS), R - 1)
+        tasks_c = task_of[members]
+        b = plan.request_term(_skewed(rng, (CHUNK_REQUESTS, L, E)), members, cfg.seed)
+        pref = task_pref[tasks_c] + cfg.request_pref_std * b
         pref = np.clip(pref, -pref_clip, pref_clip).astype(np.float32)
+        s_max = int(S_r[members].max())
+        n0 = np.stack([geo[shape_of[m]][0] for m in members])  # [c, L]
+        counts = np.zeros((CHUNK_REQUESTS, s_max, L), np.int64)
+        for i, m in enumerate(members):
+            counts[i, :S_r[m]] = geo[shape_of[m]][1]
+        t_max = max(geo[shape_of[m]][4] for m in members)
         cand, pr = _route_chunk(rng, pref, cfg, n0, counts, t_max, k2, keep)
         ids, w, guess = _finish_chunk(rng, cand, cfg, E, k, keep, idt)
         guess[:, :, :-1][:, :, ~same_stack] = E  # the token does not pass through layer l+1
-        idx = (gather_base[None, :] + np.arange(n)[:, None] * L).ravel()
-        rows = slice(c0 * rows_per_req, (c0 + n) * rows_per_req)
+        idx = np.concatenate([gather_base[shape_of[c0 + i]] + i * L for i in range(n)])
+        rows = slice(row_offsets[c0], row_offsets[c0 + n])
         topk[rows] = ids.reshape(-1, k).take(idx, axis=0)
         weights[rows] = w.reshape(-1, k).take(idx, axis=0)
         spec[rows] = guess.reshape(-1, k).take(idx, axis=0)
-        probs[c0 * S * L:(c0 + n) * S * L] = pr[:n].reshape(-1, E)
+        probs[steps[c0] * L:steps[c0 + n] * L] = np.concatenate(
+            [pr[i, :S_r[c0 + i]].reshape(-1, E) for i in range(n)])
 
-    emb_rng = stream(cfg.seed, f"synthetic/{cfg.split}/embeddings")
-    emb = centroids[task_of] + cfg.embed_noise * emb_rng.standard_normal(
-        (R, cfg.embed_dim)) / math.sqrt(cfg.embed_dim)
-    emb /= np.linalg.norm(emb, axis=1, keepdims=True)
-    seen: dict[int, int] = {}
-    request_ids = []
-    for j in task_of.tolist():
-        request_ids.append(f"{cfg.split}/{mix[j][1]}/{seen.get(j, 0)}")
-        seen[j] = seen.get(j, 0) + 1
+    if plan.embeddings is None:
+        emb_rng = stream(cfg.seed, f"synthetic/{cfg.split}/embeddings")
+        emb = centroids[task_of] + cfg.embed_noise * emb_rng.standard_normal(
+            (R, cfg.embed_dim)) / math.sqrt(cfg.embed_dim)
+        emb /= np.linalg.norm(emb, axis=1, keepdims=True)
+    else:
+        emb = plan.embeddings
+    generator = {"name": "workloads.synthetic", "version": 1, **asdict(cfg)}
+    for key in ("arrivals", "prompts"):  # absent when unset: default traces stay as they were
+        if generator[key] is None:
+            del generator[key]
     meta = {
         "num_moe_layers": L, "num_experts": E, "top_k": k, "moe_layer_stacks": list(stacks),
         "model": model.name, "synthetic": True, "routing_source": "synthetic",
-        "embedder": EMBEDDER, "generator": {"name": "workloads.synthetic", "version": 1,
-                                            **asdict(cfg)},
+        "embedder": EMBEDDER, "generator": generator,
     }
     meta["generator"]["tasks"] = [[str(d), int(n)] for d, n in cfg.tasks]
-    steps = np.concatenate([[0], np.cumsum(np.full(R, S, np.int64))])
-    block_counts = np.tile(counts.ravel(), R)
+    meta.update(plan.meta)  # arrival, prompt, tokenizer and embedder provenance
+    block_counts = np.concatenate([geo[ps][1].ravel() for ps in shape_of])
     return Trace(
-        meta=meta, request_ids=request_ids, datasets=[mix[j][0] for j in task_of],
-        tasks=[mix[j][1] for j in task_of], prompt_len=np.full(R, P, np.int32),
-        output_len=np.full(R, S, np.int32),
-        arrival_ms=np.arange(R, dtype=np.float64) * float(cfg.arrival_ms),
+        meta=meta, request_ids=[f"{cfg.split}/{i}" for i in plan.request_ids],
+        datasets=plan.datasets, tasks=plan.tasks, prompt_len=plan.prompt_len.astype(np.int32),
+        output_len=S_r.astype(np.int32), arrival_ms=plan.arrival_ms.astype(np.float64),
         step_offsets=steps, block_offsets=np.concatenate([[0], np.cumsum(block_counts)]),
         topk=topk, weights=weights, probs=probs, spec_topk=spec,
-        embeddings=emb.astype(np.float16), has_embedding=np.ones(R, bool),
+        embeddings=emb.astype(np.float16), has_embedding=np.ones(R, bool), prompts=plan.texts,
     ).validate()
