@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 from analysis.paper_numbers import MOE_INFINITY_TABLE1, TABLE1_FOOTNOTES
+from harness.record import DEGENERATE_NOTE, RANDOM_SOURCE
 
 COLUMNS = ["system", "status", "tpot_mean_ms", "tpot_p99_ms", "gpu_idle_ms_per_token",
            "hit_rate", "h2d_gb_per_token", "paper_tpot_mean_ms", "paper_tpot_tail_ms",
@@ -65,9 +66,13 @@ def header(results: list[dict]) -> list[str]:
                else f"routing from {trace['source']} ({trace['routing_source']})")
     cache_gib = first["memory"]["expert_cache_bytes"] / 2**30
     bits = cfg["model"]["expert_bits"]
+    # Routing recorded from a random-weight model (harness/record.py) is degenerate.
+    degenerate = ([f"**WARNING: {DEGENERATE_NOTE}.**", ""]
+                  if trace["routing_source"].startswith(RANDOM_SOURCE) else [])
     return [
         "# Table 1 (MoE-Infinity setting), SIMULATED",
         "",
+        *degenerate,
         f"Routing: {routing}; trace sha256 {trace['sha256'][:16]}.",
         f"Model {first['model']['name']} ({bits:g}-bit experts, "
         f"{first['model']['expert_bytes']} B each) on {first['hardware']} with host-to-device "

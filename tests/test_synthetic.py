@@ -1,9 +1,10 @@
 """Synthetic routing source: validity, determinism and routing statistics.
 
-Statistics are measured with the small helpers below (written here, independent of the
-generator). Real-routing reference values: ../shared/data/SOURCES.md, "Real DeepSeek-V2-Lite
-routing sample" (published, all prompts >= 16 tokens, median 36), plus the same statistics
-re-measured on that sample's prompts of 16-47 and 96-159 tokens (the lengths used here).
+Statistics are measured with analysis/characterize.py (docs/routing.md; independent of the
+generator) and the small helpers below. Real-routing reference values:
+../shared/data/SOURCES.md, "Real DeepSeek-V2-Lite routing sample" (published, all prompts
+>= 16 tokens, median 36), plus the same statistics re-measured on that sample's prompts of
+16-47 and 96-159 tokens (the lengths used here).
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ import numpy as np
 import pytest
 import yaml
 
+from analysis.characterize import characterize as routing_stats
+from analysis.characterize import request_sequences
 from harness.specs import model_spec_from_dict
 from harness.trace import read_trace, write_trace
 from workloads.synthetic import SyntheticConfig, generate_trace
@@ -50,29 +53,13 @@ def trace(dsv2):
 
 # ---- independent measurement helpers -----------------------------------------------------
 
-def prefill_sets(tr) -> np.ndarray:
-    """bool [R, L, P, E]: expert e routed for prompt token t at layer l (equal prompt lengths)."""
-    R, L, E = tr.num_requests, tr.num_layers, tr.num_experts
-    out = np.zeros((R, L, int(tr.prompt_len[0]), E), bool)
-    for r in range(R):
-        for layer in range(L):
-            rows = tr.block_rows(r, 0, layer).astype(np.int64)
-            np.put_along_axis(out[r, layer], rows, True, axis=-1)
-    return out
-
-
-def reuse(sets: np.ndarray, k: int) -> float:
-    """Share of a token's k experts also used by the previous token at the same layer."""
-    return float((sets[:, :, 1:] & sets[:, :, :-1]).sum() / (k * sets[:, :, 1:, 0].size))
-
-
-def within_prompt(sets: np.ndarray) -> dict:
-    """Per (request, layer) expert distribution: mean entropy, top share, fraction used."""
-    counts = sets.sum(axis=2).astype(float)  # [R, L, E]
-    p = counts / counts.sum(axis=-1, keepdims=True)
-    logs = np.log2(np.where(p > 0, p, 1.0))
-    return {"entropy_bits": float(-(p * logs).sum(-1).mean()),
-            "top_share": float(p.max(-1).mean()), "used": float((counts > 0).mean())}
+def prompt_stats(seqs: list, E: int, k: int) -> dict:
+    """Consecutive-token reuse and the within-prompt entropy, top share and fraction of
+    experts used, averaged over requests: analysis/characterize.py (docs/routing.md), whose
+    own tests check them on hand-computed cases."""
+    st = routing_stats(seqs, E, k, min_tokens=1, groups=False)
+    return {"reuse": st["reuse_lag1"], "entropy_bits": st["entropy_bits"],
+            "top_share": st["top_share"], "used": st["used"]}
 
 
 def activation_matrices(tr) -> np.ndarray:
@@ -101,7 +88,7 @@ def same_vs_other(vectors: np.ndarray, labels: list[str]) -> tuple[float, float]
 
 def test_consecutive_tokens_reuse_experts(trace):
     k, E = trace.top_k, trace.num_experts
-    r = reuse(prefill_sets(trace), k)
+    r = prompt_stats(request_sequences(trace), E, k)["reuse"]
     assert r >= 1.5 * k / E
     assert r < 0.5  # sanity: real routing is only mildly sticky (0.26-0.27)
 
@@ -205,18 +192,15 @@ def _real_prompt_stats(path: Path) -> list[dict]:
             ex = np.array(json.loads(line)["experts"])  # [L, T, k]
             for i, (lo, hi) in enumerate(BUCKETS):
                 if lo <= ex.shape[1] < hi:
-                    sets = np.zeros(ex.shape[:2] + (64,), bool)
-                    np.put_along_axis(sets, ex, True, axis=-1)
-                    per[i].append({"reuse": reuse(sets[None], 6), **within_prompt(sets[None])})
+                    per[i].append(prompt_stats([ex], 64, 6))
     return [{key: float(np.mean([s[key] for s in b])) for key in REAL} for b in per]
 
 
 def test_report_against_real_deepseek_sample(dsv2):
     gen = []
     for prompt_len in (36, 128):  # the real sample's median and mean prompt lengths
-        cfg = SyntheticConfig(num_requests=64, prompt_len=prompt_len, output_len=2)
-        sets = prefill_sets(generate_trace(dsv2, cfg))
-        gen.append({"reuse": reuse(sets, 6), **within_prompt(sets)})
+        cfg = SyntheticConfig(num_requests=64, prompt_len=prompt_len, output_len=1)
+        gen.append(prompt_stats(request_sequences(generate_trace(dsv2, cfg)), 64, 6))
     path = ROOT.parent / "shared" / "data" / REAL_SAMPLE
     live = _real_prompt_stats(path) if path.exists() else []
     print("\nstatistic     synth P=36  real 16-47 tok  synth P=128  real 96-159 tok  "

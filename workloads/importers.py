@@ -1,0 +1,333 @@
+"""Bring your own routing: read per-token routing records and write trace v1.
+
+Two input layouts (docs/routing.md, "Importing routing"), JSONL (optionally .gz) or CSV:
+
+- records: one token at one layer per line/row. Fields (first alias found wins):
+    request  request_id | prompt_id | problem_id   (optional; default: one request "0")
+    layer    layer | layer_id                      (sorted distinct values -> MoE layers 0..L-1)
+    position token_pos | token_idx | position      (token position within the request)
+    experts  experts | expert_ids                  (JSON list, or "3 5" / "3;5" in CSV)
+    weights  weights | gating_probs                (optional)
+    text     token_text | token                    (optional, kept for nothing but checks)
+    prompt   prompt                                (optional request text)
+- nested: one request per line: {"prompt_id", "prompt", "moe_layers", "experts":
+  [layer][token][k]} (the shared DeepSeek-V2-Lite sample's layout).
+
+Recordings are usually prefill-only (one forward pass over a prompt). `to_trace` can replay
+the last `decode_tokens` tokens as teacher-forced decode steps: a recording of T tokens
+becomes prompt_len T - N, output_len N + 1 (step 0 = prefill of the first T - N tokens, steps
+1..N = tokens T - N .. T - 1, one per step). N is cut to T - 1 for shorter requests.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import gzip
+import hashlib
+import io
+import json
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from harness.trace import Trace, TraceError, id_dtype
+
+_ALIASES = {
+    "request": ("request_id", "prompt_id", "problem_id"),
+    "layer": ("layer", "layer_id"),
+    "position": ("token_pos", "token_idx", "position"),
+    "experts": ("experts", "expert_ids"),
+    "weights": ("weights", "gating_probs"),
+    "prompt": ("prompt",),
+}
+GAPS = ("error", "drop")  # what to do with a (layer, position) that has no record
+
+
+class RoutingImportError(TraceError):
+    """Malformed routing input; the message names the file, line and field."""
+
+
+@dataclass
+class RoutedRequest:
+    """One request's recorded routing: ids int64 [L, T, k], -1 where no record exists."""
+
+    id: str
+    ids: np.ndarray
+    weights: np.ndarray | None = None  # float32 [L, T, k], NaN where missing
+    prompt: str | None = None
+
+
+def _open_text(path: Path):
+    raw = path.read_bytes()
+    if raw[:2] == b"\x1f\x8b":
+        raw = gzip.decompress(raw)
+    return raw, io.StringIO(raw.decode("utf-8"))
+
+
+def _pick(rec: dict, key: str, where: str, required: bool = True):
+    for name in _ALIASES[key]:
+        if name in rec:
+            return rec[name]
+    if required:
+        raise RoutingImportError(f"{where}: field {key!r} missing (accepted names: "
+                           f"{', '.join(_ALIASES[key])})")
+    return None
+
+
+def _int_list(value, where: str, field: str) -> list[int]:
+    if isinstance(value, str):
+        value = [v for v in value.replace(";", " ").replace(",", " ").strip("[] ").split() if v]
+    try:
+        out = [int(v) for v in value]
+    except (TypeError, ValueError) as exc:
+        raise RoutingImportError(f"{where}: field {field!r}: expected a list of integers") from exc
+    return out
+
+
+def _float_list(value, where: str, field: str) -> list[float]:
+    if isinstance(value, str):
+        value = [v for v in value.replace(";", " ").replace(",", " ").strip("[] ").split() if v]
+    try:
+        return [float(v) for v in value]
+    except (TypeError, ValueError) as exc:
+        raise RoutingImportError(f"{where}: field {field!r}: expected a list of numbers") from exc
+
+
+def _rows(path: Path, text: io.StringIO):
+    """(line number, dict) per record of a JSONL or CSV file."""
+    if path.name.endswith((".csv", ".csv.gz")):
+        for i, row in enumerate(csv.DictReader(text), start=2):
+            yield i, row
+        return
+    for i, line in enumerate(text, start=1):
+        if line.strip():
+            try:
+                yield i, json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise RoutingImportError(f"{path.name}:{i}: not valid JSON ({exc.msg})") from exc
+
+
+def read_routing(path: str | os.PathLike, fmt: str = "auto",
+                 duplicates: str = "error") -> tuple[list[RoutedRequest], str]:
+    """Parse a routing file -> (requests in first-seen order, sha256 of the file bytes).
+
+    duplicates: "error", or "first" to keep the first record of a repeated (request, layer,
+    position) (the shared Mixtral sample logged its decode steps at position 0 after the
+    prefill).
+    """
+    path = Path(path)
+    if duplicates not in ("error", "first"):
+        raise ValueError(f"duplicates: expected 'error' or 'first', got {duplicates!r}")
+    try:
+        raw, text = _open_text(path)
+    except (OSError, UnicodeDecodeError, EOFError, gzip.BadGzipFile) as exc:
+        raise RoutingImportError(f"{path.name}: cannot read ({exc})") from exc
+    sha = hashlib.sha256(raw).hexdigest()
+    rows = _rows(path, text)
+    first = next(rows, None)
+    if first is None:
+        raise RoutingImportError(f"{path.name}: no records")
+    if fmt == "auto":
+        fmt = "nested" if isinstance(first[1].get("experts"), list) and first[1]["experts"] and \
+            isinstance(first[1]["experts"][0], list) else "records"
+    if fmt not in ("records", "nested"):
+        raise ValueError(f"format: expected 'auto', 'records' or 'nested', got {fmt!r}")
+    records = [first, *rows]
+    reqs = _nested(path, records) if fmt == "nested" else _records(path, records, duplicates)
+    return reqs, sha
+
+
+def _nested(path: Path, records) -> list[RoutedRequest]:
+    out = []
+    for line, rec in records:
+        where = f"{path.name}:{line}"
+        rid = _pick(rec, "request", where, required=False)
+        rid = f"line{line}" if rid in (None, "") else str(rid)
+        try:
+            ids = np.asarray(rec["experts"], dtype=np.int64)
+        except KeyError as exc:
+            raise RoutingImportError(f"{where}: field 'experts' missing") from exc
+        except (TypeError, ValueError) as exc:
+            raise RoutingImportError(f"{where}: field 'experts': expected [layer][token][k] "
+                               "integers of equal lengths") from exc
+        if ids.ndim != 3 or ids.shape[1] < 1:
+            raise RoutingImportError(f"{where}: field 'experts': shape {ids.shape}, expected "
+                               "[layers, tokens >= 1, k]")
+        out.append(RoutedRequest(id=rid, ids=ids, prompt=rec.get("prompt")))
+    return out
+
+
+def _records(path: Path, records, duplicates: str) -> list[RoutedRequest]:
+    table: dict[str, dict] = {}
+    layers: set[int] = set()
+    k = None
+    for line, rec in records:
+        where = f"{path.name}:{line}"
+        rid = _pick(rec, "request", where, required=False)
+        rid = "0" if rid in (None, "") else str(rid)
+        layer, pos = _pick(rec, "layer", where), _pick(rec, "position", where)
+        try:
+            layer, pos = int(layer), int(pos)
+        except (TypeError, ValueError) as exc:
+            raise RoutingImportError(
+                f"{where}: fields 'layer'/'position' must be integers") from exc
+        if pos < 0:
+            raise RoutingImportError(f"{where}: field 'position': {pos} < 0")
+        experts = _int_list(_pick(rec, "experts", where), where, "experts")
+        k = len(experts) if k is None else k
+        if len(experts) != k or k == 0:
+            raise RoutingImportError(f"{where}: field 'experts': {len(experts)} ids, expected {k}")
+        w = _pick(rec, "weights", where, required=False)
+        w = _float_list(w, where, "weights") if w not in (None, "") else None
+        if w is not None and len(w) != k:
+            raise RoutingImportError(f"{where}: field 'weights': {len(w)} values, expected {k}")
+        req = table.setdefault(rid, {"tokens": {}, "prompt": rec.get("prompt")})
+        key = (layer, pos)
+        if key in req["tokens"]:
+            if duplicates == "error":
+                raise RoutingImportError(f"{where}: request {rid!r} layer {layer} position {pos} "
+                                   "appears twice (use duplicates='first' to keep the first)")
+            continue
+        req["tokens"][key] = (experts, w)
+        layers.add(layer)
+    layer_index = {lay: i for i, lay in enumerate(sorted(layers))}
+    out = []
+    for rid, req in table.items():
+        T = 1 + max(p for _, p in req["tokens"])
+        ids = np.full((len(layer_index), T, k), -1, np.int64)
+        wts = np.full((len(layer_index), T, k), np.nan, np.float32)
+        for (layer, pos), (experts, w) in req["tokens"].items():
+            ids[layer_index[layer], pos] = experts
+            if w is not None:
+                wts[layer_index[layer], pos] = w
+        has_w = not np.isnan(wts).all()
+        out.append(RoutedRequest(id=rid, ids=ids, weights=wts if has_w else None,
+                                 prompt=req["prompt"]))
+    return out
+
+
+def to_trace(requests: list[RoutedRequest], shape: dict, source: str, decode_tokens: int = 0,
+             gaps: str = "error", provenance: dict | None = None) -> Trace:
+    """Build a decoder-only trace v1. shape: num_moe_layers, num_experts, top_k (and
+    optionally model). gaps="drop" removes token positions that lack a record at any layer."""
+    L, E, k = int(shape["num_moe_layers"]), int(shape["num_experts"]), int(shape["top_k"])
+    if gaps not in GAPS:
+        raise ValueError(f"gaps: expected one of {GAPS}, got {gaps!r}")
+    if decode_tokens < 0:
+        raise ValueError("decode_tokens: must be >= 0")
+    prompt_len, output_len, rows, wrows, blocks, dropped = [], [], [], [], [], 0
+    for req in requests:
+        where = f"{source}: request {req.id!r}"
+        if req.ids.shape[0] != L or req.ids.shape[2] != k:
+            raise TraceError(f"{where}: {req.ids.shape[0]} layers of top-{req.ids.shape[2]}; "
+                             f"the model needs {L} MoE layers of top-{k}")
+        ok = (req.ids >= 0).all(axis=(0, 2))  # [T] positions recorded at every layer
+        if not ok.all():
+            if gaps == "error":
+                lay, pos = np.argwhere((req.ids < 0).any(axis=2))[0]
+                raise TraceError(f"{where}: no record for layer {lay} position {pos} "
+                                 f"({int((~ok).sum())} positions incomplete; gaps='drop' "
+                                 "removes them)")
+            dropped += int((~ok).sum())
+        ids = req.ids[:, ok]  # [L, T, k]
+        bad = (ids >= E).any(axis=(0, 2))
+        if bad.any():
+            raise TraceError(f"{where}: expert id {int(ids.max())} >= num_experts {E}")
+        if (np.diff(np.sort(ids, axis=2), axis=2) == 0).any():
+            raise TraceError(f"{where}: a token repeats an expert id in its top-{k}")
+        T = ids.shape[1]
+        if T == 0:
+            raise TraceError(f"{where}: no complete token positions")
+        n = min(decode_tokens, T - 1)
+        prompt_len.append(T - n)
+        output_len.append(n + 1)
+        w = None if req.weights is None else req.weights[:, ok]
+        # step 0: the first T - n tokens at each layer; then one token per step and layer
+        spans = [(0, T - n)] + [(t, t + 1) for t in range(T - n, T)]
+        for a, b in spans:
+            for layer in range(L):
+                rows.append(ids[layer, a:b])
+                blocks.append(b - a)
+                if w is not None:
+                    wrows.append(w[layer, a:b])
+    has_w = bool(requests) and all(r.weights is not None for r in requests) and not \
+        _weights_incomplete(requests)
+    meta = {"num_moe_layers": L, "num_experts": E, "top_k": k,
+            "moe_layer_stacks": ["decoder"] * L, "synthetic": False,
+            "routing_source": f"imported:{source}",
+            "import": {"source": source, "decode_tokens": int(decode_tokens),
+                       "teacher_forced_decode": decode_tokens > 0, "gaps": gaps,
+                       "dropped_positions": dropped, **(provenance or {})}}
+    if shape.get("model"):
+        meta["model"] = shape["model"]
+    out_len = np.array(output_len, np.int32)
+    prompts = [r.prompt for r in requests]
+    tr = Trace(meta=meta, request_ids=[r.id for r in requests],
+               datasets=["imported"] * len(requests), tasks=[source] * len(requests),
+               prompt_len=np.array(prompt_len, np.int32), output_len=out_len,
+               arrival_ms=np.zeros(len(requests)),
+               step_offsets=np.concatenate([[0], np.cumsum(out_len, dtype=np.int64)]),
+               block_offsets=np.concatenate([[0], np.cumsum(blocks, dtype=np.int64)]),
+               topk=np.concatenate(rows).astype(id_dtype(E)),
+               weights=np.concatenate(wrows).astype(np.float16) if has_w else None,
+               prompts=prompts if any(p is not None for p in prompts) else None,
+               source=source)
+    return tr.validate()
+
+
+def _weights_incomplete(requests: list[RoutedRequest]) -> bool:
+    """True when some recorded token lacks weights (then the trace stores none)."""
+    return any(np.isnan(r.weights[r.ids >= 0]).any() for r in requests if r.weights is not None)
+
+
+def model_shape(name: str) -> dict:
+    """num_moe_layers, num_experts, top_k and model name from conf/model/<name>.yaml."""
+    import yaml
+
+    from harness.results import PROJECT_ROOT
+    from harness.specs import model_spec_from_dict
+
+    path = PROJECT_ROOT / "conf" / "model" / f"{name}.yaml"
+    if not path.exists():
+        raise ValueError(f"--model: no conf/model/{name}.yaml")
+    spec = model_spec_from_dict(yaml.safe_load(path.read_text()), where=name)
+    if set(spec.moe_layer_stacks) != {"decoder"}:
+        raise ValueError(f"--model {name}: only decoder-only models can be imported")
+    return {"num_moe_layers": spec.num_moe_layers, "num_experts": spec.num_experts,
+            "top_k": spec.top_k, "model": spec.name}
+
+
+def main(argv: list[str]) -> int:
+    """`moebench import-routing IN OUT --model NAME [--decode-tokens N] ...`"""
+    from harness.trace import write_trace
+
+    ap = argparse.ArgumentParser(prog="moebench import-routing",
+                                 description="Convert per-token routing (JSONL/CSV) to trace v1.")
+    ap.add_argument("input", help="routing file: .jsonl, .jsonl.gz, .csv")
+    ap.add_argument("output", help="trace v1 file to write (.npz)")
+    ap.add_argument("--model", required=True, help="conf/model name giving L, E, k")
+    ap.add_argument("--format", default="auto", choices=("auto", "records", "nested"))
+    ap.add_argument("--decode-tokens", type=int, default=0,
+                    help="replay the last N tokens as teacher-forced decode steps")
+    ap.add_argument("--gaps", default="error", choices=GAPS)
+    ap.add_argument("--duplicates", default="error", choices=("error", "first"))
+    args = ap.parse_args(argv)
+    try:
+        shape = model_shape(args.model)
+        reqs, sha = read_routing(args.input, args.format, args.duplicates)
+        tr = to_trace(reqs, shape, Path(args.input).name, args.decode_tokens, args.gaps,
+                      provenance={"input_sha256": sha, "format": args.format})
+        out_sha = write_trace(tr, args.output)
+    except (TraceError, ValueError) as exc:
+        print(f"moebench import-routing: error: {exc}", file=sys.stderr, flush=True)
+        return 2
+    print(f"wrote {args.output}: {tr.num_requests} requests, "
+          f"{int(tr.block_offsets[-1])} token-layer rows, mean prompt "
+          f"{float(np.mean(tr.prompt_len)):.1f}, decode steps {args.decode_tokens} "
+          f"(teacher-forced), dropped positions {tr.meta['import']['dropped_positions']}; "
+          f"sha256 {out_sha[:16]}")
+    return 0
