@@ -42,9 +42,10 @@ def main(argv: list[str]) -> int:
                 plan.expert_cache_bytes < model.total_expert_bytes):
             print(f"{name:<16}{'oom':>12}")
             continue
+        # Bind first (the engine does), then warm up, as the runner does.
+        engine = Engine(model, SimBackend(model, hw), trace, system, plan.expert_cache_bytes)
         if type(system).warmup is not System.warmup:
             system.warmup(load_routing(cfg, model, "calibration", cfg["calibration_requests"]))
-        engine = Engine(model, SimBackend(model, hw), trace, system, plan.expert_cache_bytes)
         t0 = time.process_time()
         rec = engine.run()
         dt = time.process_time() - t0

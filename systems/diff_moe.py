@@ -1,0 +1,269 @@
+"""diff_moe: Diff-MoE (SC'25, doi 10.1145/3712285.3759903): priority-tiered expert caches for
+batched MoE inference, over the engine's one pool of slots.
+
+Tiers (this system's bookkeeping; docs/systems.md has the rules, knobs and divergences):
+- high (HPC), per layer: the `high` experts of the layer most often in a step's union of the
+  calibration trace. Preloaded, never named as victims.
+- medium (MPC), per layer: `medium` members, first the next-hottest profiled experts
+  (preloaded). After each layer's routing, every expert of the layer updates its priority:
+  routed +1 (at most max_val); idle -dec_in if in HPC/MPC, -dec_out otherwise (at least
+  min_val). A member whose priority is below `threshold` is replaced by a routed non-member
+  whose priority is at or above it: lowest member first, highest candidate first.
+- low (LPC), shared: every other resident expert (demand fetches of cold experts, prefetches,
+  demoted members). First in line for eviction once used (see `choose_victim`).
+A numpy predictor (systems/predictor.py) trained on the calibration trace guesses the next
+layer's experts; the guesses not resident are prefetched into the LPC.
+
+Slots: slots per layer = floor((cache slots - low reserve) / MoE layers), at most E; high =
+round(slots / 3) (the authors' (3, 1), (6, 2), (13, 4)); the LPC gets the rest, >= 1 slot.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+
+import numpy as np
+
+from harness.blocks import block_unions
+from systems.base import System
+from systems.predictor import NextLayerPredictor
+
+MEDIUM, HIGH = 1, 2
+
+
+def split_slots(capacity: int, layers: int, experts: int, low_reserve: int,
+                per_layer: int | None = None, high: int | None = None) -> tuple[int, int, int]:
+    """(HPC+MPC slots per layer, HPC slots per layer, LPC slots) for a cache of `capacity`."""
+    if per_layer is None:
+        per_layer = (capacity - low_reserve) // layers
+        if per_layer < 1:  # the reserve does not fit: shrink it to one LPC slot
+            per_layer = (capacity - 1) // layers
+    per_layer = max(0, min(per_layer, experts))
+    if per_layer * layers > capacity or (per_layer < experts and per_layer * layers == capacity):
+        raise ValueError(f"diff_moe: {per_layer} slots per layer x {layers} layers leaves no "
+                         f"low-priority slot in a cache of {capacity} experts")
+    high = round(per_layer / 3) if high is None else high
+    if not 0 <= high <= per_layer:
+        raise ValueError(f"diff_moe: high_slots={high} must be in [0, {per_layer}]")
+    return per_layer, high, capacity - per_layer * layers
+
+
+class DiffMoE(System):
+    name = "diff_moe"
+    label = "Diff-MoE (high/medium/low priority expert caches + next-layer predictor)"
+
+    def __init__(self, slots_per_layer: int | None = None, high_slots: int | None = None,
+                 low_slots: int | None = None, max_val: float = 2.0, threshold: float = 1.0,
+                 dec_in: float = 0.4, dec_out: float = 0.2, min_val: float | None = 0.0,
+                 predictor: bool = True, recency_grid=(0.0, 0.25, 0.5, 0.75),
+                 holdout_fraction: float = 0.2, train_prefill_stride: int = 8,
+                 smoothing: float = 1.0):
+        self.cfg = {"slots_per_layer": slots_per_layer, "high_slots": high_slots,
+                    "low_slots": low_slots, "max_val": max_val, "threshold": threshold,
+                    "dec_in": dec_in, "dec_out": dec_out, "min_val": min_val,
+                    "predictor": predictor, "recency_grid": list(recency_grid),
+                    "holdout_fraction": holdout_fraction,
+                    "train_prefill_stride": train_prefill_stride, "smoothing": smoothing}
+        for key in ("max_val", "dec_in", "dec_out"):
+            if not self.cfg[key] >= 0:  # also rejects NaN
+                raise ValueError(f"diff_moe: {key} must be >= 0, got {self.cfg[key]!r}")
+        for key in ("slots_per_layer", "high_slots", "low_slots"):
+            if self.cfg[key] is not None and self.cfg[key] < 0:
+                raise ValueError(f"diff_moe: {key} must be >= 0 or null, got {self.cfg[key]!r}")
+        self.max_val, self.threshold = float(max_val), float(threshold)
+        self.dec_in, self.dec_out = float(dec_in), float(dec_out)
+        self.min_val = None if min_val is None else float(min_val)
+        self.use_predictor = predictor
+        self.pred: NextLayerPredictor | None = None
+        self.profiled = False
+
+    # ---- setup ------------------------------------------------------------------------------
+    def bind(self, ctx):
+        super().bind(ctx)
+        L, E = ctx.num_layers, ctx.num_experts
+        low = self.cfg["low_slots"]
+        # Default reserve: one layer's union of a decode step for the running layer, as many
+        # again for the next layer's prefetches.
+        low = 2 * min(E, ctx.max_batch * ctx.top_k) if low is None else low
+        self.per_layer, self.high, self.low = split_slots(
+            ctx.capacity_slots, L, E, low, self.cfg["slots_per_layer"], self.cfg["high_slots"])
+        self.medium = self.per_layer - self.high
+        self.cap = max(0, self.low - 1)  # prefetches per proposal
+        self.prio = np.zeros((L, E))  # [L, E] priorities
+        self.floor = None if self.min_val is None else np.full(E, self.min_val)  # [E]
+        self.dec = np.full((L, E), self.dec_out)  # [L, E] decay: dec_in for HPC/MPC members
+        self.tier = [0] * (L * E)  # key -> 0 (low / not a member), MEDIUM or HIGH
+        self.mpc: list[set[int]] = [set() for _ in range(L)]  # member ids per layer
+        self.mpc_ids = [np.zeros(0, np.intp) for _ in range(L)]  # the same, ascending arrays
+        self.resident: set[int] = set()  # keys resident or in flight (we pick every victim)
+        self.lpc_used: OrderedDict[int, None] = OrderedDict()  # used LPC keys, evict first
+        self.lpc_fresh: OrderedDict[int, None] = OrderedDict()  # prefetched, not used yet
+        self.recent: list = [None] * L  # last union per layer: (ids, token shares)
+        self.proposal: list[int] | None = None
+        self.prev_requests: tuple[int, ...] = ()
+        self.iteration, self.same_batch = -1, False
+
+    def warmup(self, calibration) -> None:
+        """Profiling pass over the calibration split: hot experts per layer, predictor."""
+        ctx = self.ctx
+        L, E = ctx.num_layers, ctx.num_experts
+        ids, _, bounds = block_unions(calibration)
+        block_of = np.repeat(np.arange(len(bounds) - 1), np.diff(bounds))
+        steps = np.bincount(np.asarray(block_of % L) * E + np.asarray(ids, np.int64),
+                            minlength=L * E).reshape(L, E)  # [L, E] steps using each expert
+        for layer in range(L):
+            order = sorted(range(E), key=lambda e: (-steps[layer, e], e))[:self.per_layer]
+            for rank, e in enumerate(order):
+                self._set_tier(layer, e, HIGH if rank < self.high else MEDIUM)
+            self.mpc_ids[layer] = np.array(sorted(self.mpc[layer]), dtype=np.intp)
+        self.profiled = True
+        if self.use_predictor:
+            c = self.cfg
+            self.pred = NextLayerPredictor(L, E, ctx.top_k, ctx.moe_layer_stacks,
+                                           c["recency_grid"], c["holdout_fraction"],
+                                           c["train_prefill_stride"], c["smoothing"])
+            self.pred.fit(calibration, ctx.max_batch)
+
+    def initial_residents(self):
+        if not self.profiled:
+            raise ValueError("diff_moe needs warmup(calibration) before the run: its high- and "
+                             "medium-priority caches come from a profiling pass")
+        keys = [k for k, t in enumerate(self.tier) if t]
+        self.resident.update(keys)
+        return keys
+
+    def _set_tier(self, layer: int, e: int, tier: int) -> None:
+        key = layer * self.ctx.num_experts + e
+        self.tier[key] = tier
+        self.dec[layer, e] = self.dec_in if tier else self.dec_out
+        if tier == MEDIUM:
+            self.mpc[layer].add(e)
+        else:
+            self.mpc[layer].discard(e)
+
+    # ---- per step ---------------------------------------------------------------------------
+    def on_layer_routed(self, routing, now_ms):
+        it = routing.iteration
+        if it.index != self.iteration:  # once per iteration: is this the last batch again?
+            reqs = tuple(r for r, _ in it.members)
+            self.same_batch = it.kind == "decode" and reqs == self.prev_requests
+            self.prev_requests, self.iteration = reqs, it.index
+        self.proposal = self.decide(routing.layer, routing.experts, routing.counts)
+
+    def decide(self, layer: int, experts: list[int], counts: list[int]) -> list[int]:
+        """One step at one layer: update priorities and tiers for the step's union `experts`
+        (ascending ids, `counts` tokens each); return the keys to prefetch for layer + 1."""
+        E = self.ctx.num_experts
+        base = layer * E
+        p = self.prio[layer]  # [E] view
+        # numpy methods (take/put) rather than fancy indexing or reductions: a step is ~10
+        # small-array calls, each a fixed cost
+        act = np.array(experts, dtype=np.intp)
+        p_act = np.minimum(p.take(act) + 1.0, self.max_val)
+        p -= self.dec[layer]  # idle decay (the routed ones are overwritten below)
+        if self.floor is not None:
+            np.maximum(p, self.floor, out=p)  # [E] floor array: faster than a python scalar
+        p.put(act, p_act)
+        # LPC order: a routed LPC expert goes to the back of the used list (evictable as soon
+        # as it has run); unused prefetches of this layer were wrong guesses: to the front.
+        tier, used, fresh = self.tier, self.lpc_used, self.lpc_fresh
+        if fresh:
+            for key in [k for k in fresh if k // E == layer]:
+                del fresh[key]
+                used[key] = None
+                used.move_to_end(key, last=False)
+        cands = []
+        for e in experts:
+            key = base + e
+            if key in used:
+                used.move_to_end(key)
+            if not tier[key]:  # routed, so its priority is >= 1 + min_val
+                cands.append(e)
+        if cands:
+            self._replace(layer, cands, p)
+        pred = self.pred
+        if pred is None:
+            return []
+        if pred.beta > 0.0 and layer > 0 and pred.linked[layer - 1]:
+            self.recent[layer] = pred.recency(act, counts)  # read at layer - 1, next step
+        if not pred.linked[layer] or self.cap == 0:
+            return []
+        score = pred.scores(layer, act, counts,
+                            self.recent[layer + 1] if self.same_batch else None)
+        m = min(len(experts), E)
+        top = (-score).argsort(kind="stable")[:m].tolist()  # [m] best first, ties: low id
+        nxt, resident = base + E, self.resident
+        out = [nxt + e for e in top if nxt + e not in resident]
+        return out[:self.cap]  # at most LPC slots - 1: one is never a prefetch in flight
+
+    def _replace(self, layer: int, cands: list[int], p: np.ndarray) -> None:
+        """Lowest-priority MPC members below threshold give way to the highest candidates
+        at or above it (ties: lowest id first on both sides)."""
+        thr, E = self.threshold, self.ctx.num_experts
+        cands = [e for e in cands if p[e] >= thr]
+        members = self.mpc_ids[layer]  # [n] ascending ids
+        free = self.medium - len(members)
+        if not cands:
+            return
+        pm = p.take(members)  # [n]
+        low = int(pm.argmin()) if len(members) else -1  # first minimum: the lowest id
+        if free <= 0 and (low < 0 or pm[low] >= thr):
+            return
+        # ascending priority, ties by lowest id (members are ascending, the sort is stable)
+        low_first = ([int(members[low])] if len(cands) == 1 and free <= 0 else
+                     members[pm.argsort(kind="stable")].tolist())
+        if len(cands) > 1:
+            cands.sort(key=lambda e: (-p[e], e))
+        for e in cands:
+            if free > 0:
+                free -= 1
+            elif low_first and p[low_first[0]] < thr:
+                out = low_first.pop(0)
+                self._set_tier(layer, out, 0)
+                key = layer * E + out
+                if key in self.resident:  # demoted: an idle LPC expert, evicted first
+                    self.lpc_used[key] = None
+                    self.lpc_used.move_to_end(key, last=False)
+            else:
+                break
+            self._set_tier(layer, e, MEDIUM)
+            key = layer * E + e
+            self.lpc_used.pop(key, None)
+            self.lpc_fresh.pop(key, None)
+        self.mpc_ids[layer] = np.array(sorted(self.mpc[layer]), dtype=np.intp)
+
+    def propose_prefetch(self, now_ms):
+        proposal, self.proposal = self.proposal, None
+        return proposal
+
+    # ---- cache events -----------------------------------------------------------------------
+    def on_load(self, key, demand, now_ms):
+        self.resident.add(key)
+        if not self.tier[key]:
+            (self.lpc_used if demand else self.lpc_fresh)[key] = None
+
+    def choose_victim(self, candidates, incoming, demand, now_ms):
+        if not candidates.full:
+            return None
+        # Used LPC experts first; a demand fetch may also take an unused prefetch. Members
+        # of the high and medium tiers are never victims: when no LPC expert can go, the
+        # engine defers the demand fetch until one of the layer's experts has run (the LPC
+        # has >= 1 slot and, with its prefetch cap, always one not in flight).
+        victim = candidates.first_of(self.lpc_used)
+        if victim is None and demand:
+            victim = candidates.first_of(self.lpc_fresh)
+        if victim is not None:
+            self.resident.discard(victim)
+            self.lpc_used.pop(victim, None)
+            self.lpc_fresh.pop(victim, None)
+        return victim
+
+    def describe(self):
+        out = super().describe()
+        out["knobs"] = dict(self.cfg)
+        if hasattr(self, "per_layer"):
+            out["slots"] = {"per_layer": self.per_layer, "high_per_layer": self.high,
+                            "medium_per_layer": self.medium, "low": self.low}
+        if self.pred is not None:
+            out["predictor"] = dict(self.pred.report)
+        return out

@@ -1,0 +1,178 @@
+"""Next-layer expert predictor for diff_moe: numpy only, trained on a calibration trace.
+
+Score of expert j at layer l+1, given the union U of this step's experts at layer l (with
+c_i tokens routed to i) and the previous iteration's union at layer l+1 (token share r_j):
+
+    trans_j = k * sum_i c_i * T[l][i, j] / sum_i c_i     T[l][i] = P(j at l+1 | i at l, same token)
+    score_j = (1 - beta) * trans_j + beta * r_j
+
+T is counted over calibration tokens (every prompt token with stride `prefill_stride`, every
+decoded token) with add-`smoothing` towards layer l+1's popularity. beta is picked from
+`recency_grid` by held-out precision: T is fitted on the first (1 - holdout_fraction) of the
+calibration requests and scored on the rest, then refitted on all of them.
+
+Accuracy (docs/systems.md, diff_moe): held-out requests decoded in lock-step groups of the
+run's max_batch, steps s >= 2, layer pairs (l, l+1) in one stack. The guess is the top-m
+experts by score with m = |U| (= top_k at batch 1); the truth is the step's union at l+1.
+precision = sum |guess & truth| / sum |guess|, recall = sum |guess & truth| / sum |truth|.
+Baseline "same experts": guess = U itself.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+class NextLayerPredictor:
+    def __init__(self, num_layers: int, num_experts: int, top_k: int, stacks: tuple[str, ...],
+                 recency_grid=(0.0, 0.25, 0.5, 0.75), holdout_fraction: float = 0.2,
+                 prefill_stride: int = 8, smoothing: float = 1.0):
+        if not 0.0 < holdout_fraction < 1.0:
+            raise ValueError(f"diff_moe: holdout_fraction must be in (0, 1), got "
+                             f"{holdout_fraction}")
+        if prefill_stride < 1:
+            raise ValueError(f"diff_moe: train_prefill_stride must be >= 1, got {prefill_stride}")
+        if not smoothing > 0:  # also rejects NaN; 0 would divide by zero for unseen experts
+            raise ValueError(f"diff_moe: smoothing must be > 0, got {smoothing!r}")
+        if not recency_grid or any(not 0.0 <= b <= 1.0 for b in recency_grid):
+            raise ValueError(f"diff_moe: recency_grid values must be in [0, 1], got "
+                             f"{list(recency_grid)}")
+        self.L, self.E, self.k = num_layers, num_experts, top_k
+        # predicting l+1 from l is only meaningful when the same token passes through both
+        self.linked = [i + 1 < num_layers and stacks[i + 1] == stacks[i]
+                       for i in range(num_layers)]
+        self.grid = tuple(float(b) for b in recency_grid)
+        self.holdout, self.stride, self.alpha = holdout_fraction, prefill_stride, smoothing
+        self.T = np.full((num_layers, num_experts, num_experts), 1.0 / num_experts)
+        self.beta = 0.0
+        self.Tb: np.ndarray | None = None  # runtime copy of T scaled by (1 - beta) * k
+        self.report: dict = {}
+
+    # ---- training ---------------------------------------------------------------------------
+    def fit(self, trace, batch: int = 1) -> dict:
+        """Choose beta on held-out requests decoded in groups of `batch`, refit T on every
+        request; returns the held-out accuracy."""
+        R = trace.num_requests
+        n_hold = max(1, int(round(R * self.holdout))) if R > 1 else 0
+        train, hold = np.arange(R - n_hold), np.arange(R - n_hold, R)
+        self.T = self._transitions(trace, train if n_hold else np.arange(R))
+        per_beta = ({b: self._evaluate(trace, hold, b, batch) for b in self.grid}
+                    if n_hold else {})
+        if per_beta:
+            self.beta = max(self.grid, key=lambda b: (per_beta[b]["precision"], -b))
+            best = per_beta[self.beta]
+            self.report = {
+                "heldout_requests": int(n_hold), "batch": int(batch), "pairs": best["pairs"],
+                "beta": self.beta,
+                "precision": best["precision"], "recall": best["recall"],
+                "transition_only_precision": per_beta[self.grid[0]]["precision"]
+                if self.grid[0] == 0.0 else None,
+                "same_experts_precision": best["base_precision"],
+                "same_experts_recall": best["base_recall"]}
+        else:
+            self.report = {"heldout_requests": 0, "note": "one calibration request: no hold-out"}
+        self.T = self._transitions(trace, np.arange(R))
+        self.Tb = None
+        return self.report
+
+    def _pairs(self, trace, requests, layer):
+        """Token rows of `layer` and the same tokens' rows at layer + 1 (prefill strided)."""
+        L, off = self.L, trace.block_offsets
+        steps = [np.arange(trace.step_offsets[r], trace.step_offsets[r + 1]) for r in requests]
+        g = np.concatenate(steps) if steps else np.zeros(0, np.int64)
+        first = np.concatenate([np.arange(len(s)) == 0 for s in steps]) if steps else g
+        b = g * L + layer
+        n, n_next = off[b + 1] - off[b], off[b + 2] - off[b + 1]
+        ok = (n == n_next) & (n > 0)
+        b, n, first = b[ok], n[ok], np.asarray(first, bool)[ok]
+        stride = np.where(first, self.stride, 1)
+        cnt = (n + stride - 1) // stride
+        total = int(cnt.sum())
+        pos = np.arange(total) - np.repeat(np.cumsum(cnt) - cnt, cnt)  # index within block
+        rows = np.repeat(off[b], cnt) + pos * np.repeat(stride, cnt)
+        return rows, rows + np.repeat(n, cnt)  # block b + 1 starts right after block b
+
+    def _transitions(self, trace, requests) -> np.ndarray:
+        L, E, k = self.L, self.E, self.k
+        T = np.full((L, E, E), 1.0 / E)
+        for layer in range(L):
+            if not self.linked[layer]:
+                continue
+            rows, nxt = self._pairs(trace, requests, layer)
+            a = trace.topk[rows].astype(np.int64)  # [n, k] ids at layer
+            c = trace.topk[nxt].astype(np.int64)  # [n, k] same tokens at layer + 1
+            flat = (a[:, :, None] * E + c[:, None, :]).ravel()  # every (i, j) of a token
+            counts = np.bincount(flat, minlength=E * E).reshape(E, E).astype(np.float64)
+            pop = np.bincount(c.ravel(), minlength=E) + 1.0
+            prior = pop / pop.sum()  # [E] popularity of layer + 1
+            # row i: next-layer choices of tokens that chose i, each token contributing k picks
+            T[layer] = (counts / k + self.alpha * prior) / (
+                counts.sum(1, keepdims=True) / k + self.alpha)
+        return T
+
+    def _evaluate(self, trace, requests, beta: float, batch: int) -> dict:
+        """Precision/recall of the guesses on `requests` decoded in lock-step groups of
+        `batch` (steps s >= 2 that every request of the group reaches)."""
+        E, k, L, off = self.E, self.k, self.L, trace.block_offsets
+        batch = max(1, min(batch, len(requests)))
+        groups = np.asarray(requests)[:len(requests) // batch * batch].reshape(-1, batch)
+        steps = [trace.step_offsets[grp][None, :] + np.arange(
+            2, int(trace.output_len[grp].min()))[:, None] for grp in groups]  # [S_g, batch]
+        g = np.concatenate(steps) if steps else np.zeros((0, batch), np.int64)  # [n, batch]
+        hit = guessed = truth_n = base_hit = pairs = 0
+
+        def union(blocks):  # [n, batch] blocks of one token each -> [n, E] tokens per expert
+            n = len(blocks)
+            ids = trace.topk[off[blocks]].astype(np.int64).reshape(n, -1)  # [n, batch * k]
+            flat = (np.arange(n)[:, None] * E + ids).ravel()
+            return np.bincount(flat, minlength=n * E).reshape(n, E).astype(np.float64)
+
+        for layer in range(L):
+            if not self.linked[layer] or len(g) == 0:
+                continue
+            b = g * L + layer
+            one = np.ones(len(g), bool)  # decoder-only: always; encoder layers decode nothing
+            for blk in (b, b + 1, b + 1 - L):  # this layer, the next, the next one step back
+                one &= ((off[blk + 1] - off[blk]) == 1).all(1)
+            b = b[one]
+            if len(b) == 0:
+                continue
+            cur, nxt, prev = union(b), union(b + 1) > 0, union(b + 1 - L)
+            score = (1.0 - beta) * k * (cur @ self.T[layer]) / cur.sum(1, keepdims=True)
+            score += beta * k * prev / prev.sum(1, keepdims=True)
+            m = (cur > 0).sum(1, keepdims=True)  # [n, 1] guesses = this layer's union size
+            rank = np.argsort(np.argsort(-score, axis=1, kind="stable"), axis=1)
+            guess = rank < m
+            hit += int((guess & nxt).sum())
+            base_hit += int(((cur > 0) & nxt).sum())
+            guessed += int(m.sum())
+            truth_n += int(nxt.sum())
+            pairs += len(b)
+        return {"pairs": pairs, "precision": hit / max(1, guessed),
+                "recall": hit / max(1, truth_n), "base_precision": base_hit / max(1, guessed),
+                "base_recall": base_hit / max(1, truth_n)}
+
+    # ---- runtime ----------------------------------------------------------------------------
+    def recency(self, act: np.ndarray, counts: list[int]) -> np.ndarray:
+        """[E] beta * token shares (summing to beta * k) of one step's union at a layer."""
+        r = np.zeros(self.E)
+        n = sum(counts)
+        if n == len(counts):  # one token per expert
+            r.put(act, self.beta)
+        else:
+            r.put(act, np.array(counts, dtype=np.float64) * (self.beta * self.k / n))
+        return r
+
+    def scores(self, layer: int, act: np.ndarray, counts: list[int],
+               recent: np.ndarray | None) -> np.ndarray:
+        """[E] scores for layer + 1 from this step's union at `layer` (ids `act`, tokens per
+        id) and `recency()` of the previous iteration's union at layer + 1 (or None)."""
+        if self.Tb is None:  # (1 - beta) * k * T, so a step is one matrix-vector product
+            self.Tb = (1.0 - self.beta) * self.k * self.T
+        n = sum(counts)
+        v = np.zeros(self.E)
+        v.put(act, 1.0 / n if n == len(counts) else np.array(counts, dtype=np.float64) / n)
+        s = v @ self.Tb[layer]  # [E]
+        if recent is not None:
+            s += recent
+        return s
