@@ -8,6 +8,16 @@ Only the running expert must be resident, so a cache smaller than a layer's expe
 makes progress (a demand fetch with no free slot and no evictable victim waits until an
 expert of the layer has run). One copy engine: demand fetches go ahead of queued
 prefetches, an in-flight copy is never preempted, a copy reserves its slot when issued.
+
+Two drivers share the per-MoE-layer step (`_moe_layer`: routing reveal, system hooks, copies,
+ordered expert execution, recorder). Trace replay: `run()` with a SimBackend advances a
+virtual clock by the cost model. Live: `run(driver=...)` hands each iteration to a driver
+(harness/live.py) that runs the real model; the model's MoE blocks call back `live_layer`,
+the backend copies real weights (`load_expert` / `evict_expert`), each expert runs through
+the driver's `run(expert, ready_estimate_ms) -> (wait_ms, end_ms)` (wait_ms: how long compute
+waited for that expert's copy, the access's stall) and times come from the backend's real
+clock (`now_ms`). Live routing must match the trace (recorded from the same greedy
+generation, or replayed into the router); systems see the same LayerRouting either way.
 """
 
 from __future__ import annotations
@@ -49,6 +59,12 @@ class Engine:
         self._wants_done = type(system).on_expert_done is not System.on_expert_done
         self._wants_load = type(system).on_load is not System.on_load
         self._expert_ms_memo: dict[int, float] = {}  # tokens -> expert call ms
+        # Real backends move weights; the simulator has no such hooks (None: no call).
+        self._load_fn = getattr(backend, "load_expert", None)
+        self._evict_fn = getattr(backend, "evict_expert", None)
+        self._exec = None  # live: runs one expert, returns (wait_ms, end_ms)
+        self._driver = None
+        self._live_iter = None  # live: (IterationInfo, members) of the running iteration
         self.index = BlockIndex(trace)
         # Bind now, so a history-based system can use its context in warmup().
         t0 = time.perf_counter()
@@ -77,8 +93,12 @@ class Engine:
                               "which is not evictable (absent, pinned or in flight)")
         else:
             self.rec.evicted(self.cache.evict(victim, issue), issue)
+            if self._evict_fn is not None:
+                self._evict_fn(victim)
         ready = start + self.copy_ms
         self.cache.reserve(key, ready, self.rec.transfer(key, kind, proposed, issue, start, ready))
+        if self._load_fn is not None:
+            self._load_fn(key, kind)
         self.copy_free_ms = ready
         if self._wants_load:
             t0 = time.perf_counter()
@@ -114,8 +134,12 @@ class Engine:
         return self._load(key, DEMAND, now, now, start)
 
     # ---- main loop --------------------------------------------------------------------------
-    def run(self) -> Recorder:
+    def run(self, driver=None) -> Recorder:
+        """Replay the trace; with a driver, run each iteration for real (docs/real-backend.md)."""
         tr, system = self.trace, self.system
+        self._driver = driver
+        if driver is not None and self.max_batch != 1:
+            raise EngineError("live runs support max_batch = 1 only")
         self._preload(system.initial_residents())
         sched = Scheduler(tr.arrival_ms, tr.output_len, self.max_batch)
         now, index = 0.0, 0
@@ -164,6 +188,8 @@ class Engine:
             if not 0 <= key < self.L * self.E:
                 raise EngineError(f"system {self.system.name} preloads invalid key {key}")
             self.cache.reserve(key, 0.0, self.rec.transfer(key, PRELOAD, 0.0, 0.0, 0.0, 0.0))
+            if self._load_fn is not None:
+                self._load_fn(key, PRELOAD)
 
     def _token_stats(self, members) -> dict[str, tuple[int, int, int]]:
         """Per stack: (new tokens, KV entries read, attention (query, key) pairs)."""
@@ -184,6 +210,8 @@ class Engine:
     def _iteration(self, index: int, kind: str, members, now: float) -> float:
         start = now
         info = IterationInfo(index, kind, tuple(members), start)
+        if self._driver is not None:
+            return self._live_iteration(info, members, start)
         stats = self._token_stats(members)
         dense_memo: dict[tuple[str, int], float] = {}
         for layer in self.model.layers:
@@ -205,6 +233,43 @@ class Engine:
         self.policy_s += time.perf_counter() - t0
         self._set_queue(proposal, now)
         return now
+
+    def _live_iteration(self, info: IterationInfo, members, start: float) -> float:
+        """The driver runs the model's forward for this iteration; its MoE blocks call back
+        live_layer. Dense compute, LM head and framework time are on the backend's clock."""
+        self._live_iter = (info, members)
+        try:
+            self._driver.iteration(info, members)
+        finally:
+            self._live_iter = None
+        now = max(self.backend.now_ms(), start)
+        self._advance(now)
+        self.rec.iteration(info.index, info.kind, start, now, members)
+        t0 = time.perf_counter()
+        self.system.on_step_end(info, now)
+        proposal = self.system.propose_prefetch(now)
+        self.policy_s += time.perf_counter() - t0
+        self._set_queue(proposal, now)
+        return now
+
+    def live_layer(self, layer: int, run) -> None:
+        """Called from inside a live forward at MoE layer `layer` after its router ran:
+        the shared step below, with `run(expert, ready_ms) -> (wait_ms, end_ms)` doing the
+        real work. The caller has checked that live routing matches the trace block."""
+        if self._live_iter is None:
+            raise EngineError(f"MoE layer {layer} ran outside a live iteration")
+        info, members = self._live_iter
+        self._exec = run
+        try:
+            self._moe_layer(info, layer, members, self.backend.now_ms())
+        finally:
+            self._exec = None
+
+    def trace_rows(self, layer: int):
+        """Live: the trace's top-k ids [n_tokens, k] of the running iteration at `layer`."""
+        info, members = self._live_iter
+        r, s = members[0]
+        return self.trace.block_rows(r, s, layer)
 
     def _moe_layer(self, info: IterationInfo, layer: int, members, now: float) -> float:
         if self.queue:
@@ -242,7 +307,9 @@ class Engine:
                 if late is None:
                     late = []
                 late.append((t, e, c))
-        if missing is None and late is None and not self.queue and not self._wants_done:
+        run = self._exec
+        if (missing is None and late is None and not self.queue and not self._wants_done
+                and run is None):
             # Every expert is ready and nothing can be copied meanwhile: run back to back.
             now = self._run_ready(experts, counts, base, owner, members[0][0], now)
             self.rec.block(info.index, layer)
@@ -288,11 +355,17 @@ class Engine:
             tid = transfer_of[key]
             if first_use[tid] < 0:
                 first_use[tid] = len(acc) // ACC_COLS
-            acc.extend((e, cls, tid, now, start, first_owner if owner is None else owner[e]))
-            dur = memo.get(c)
-            if dur is None:
-                dur = memo[c] = self.backend.expert_ms(c)
-            now = start + dur
+            if run is None:
+                dur = memo.get(c)
+                if dur is None:
+                    dur = memo[c] = self.backend.expert_ms(c)
+                acc.extend((e, cls, tid, now, start, first_owner if owner is None else owner[e]))
+                now = start + dur
+            else:  # live: the backend waits for the copy, runs the expert, reads its clock
+                wait_ms, end = run(e, start)
+                start = now + wait_ms
+                acc.extend((e, cls, tid, now, start, first_owner if owner is None else owner[e]))
+                now = end
             if queue:
                 self._advance(now)
             in_use.discard(key)
