@@ -101,8 +101,17 @@ def render(results: list[dict]) -> tuple[str, str]:
 
 
 def main(argv: list[str]) -> int:
-    results_dir = Path(argv[0] if argv else "results/table1")
-    results = load_results(results_dir)
+    import argparse
+
+    ap = argparse.ArgumentParser(prog="moebench table1",
+                                 description="Write table1.md and table1.csv from finished runs.")
+    ap.add_argument("results_dir", nargs="?", default="results/table1")
+    results_dir = Path(ap.parse_args(argv).results_dir)
+    try:
+        results = load_results(results_dir)
+    except FileNotFoundError as exc:
+        print(f"moebench table1: error: {exc}", file=sys.stderr)
+        return 2
     md, text = render(results)
     (results_dir / "table1.md").write_text(md)
     (results_dir / "table1.csv").write_text(text)

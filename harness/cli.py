@@ -3,6 +3,14 @@
   moebench [hydra overrides]        run (or, with -m, sweep) configurations
   moebench table1 [results dir]     write results/table1/table1.{md,csv} from finished runs
   moebench bench-sim                engine throughput and one Table 1 run's wall time
+  moebench bench-policies           decision overhead of moe_infinity, fmoe and diff_moe
+  moebench bench-behaviour          miss rate and throughput by batch size (simulated)
+  moebench bench-backend            tokens/s: transformers vs TorchBackend (small model)
+  moebench validate                 simulated vs real per-token TPOT and stall error
+  moebench characterize FILE        routing statistics (markdown + PNG), docs/routing.md
+  moebench import-routing IN OUT    per-token routing (JSONL/CSV) -> trace v1
+  moebench record model=... workload=...   record a routing trace from an HF model
+  moebench calibrate [--quick]      measure this machine; write a hardware profile
 """
 
 from __future__ import annotations
@@ -72,10 +80,42 @@ def main(argv: list[str] | None = None) -> None:
         from analysis.table1 import main as table1_main
 
         sys.exit(table1_main(argv[1:]))
+    if argv and argv[0] == "characterize":
+        from analysis.routing_report import main as characterize_main
+
+        sys.exit(characterize_main(argv[1:]))
+    if argv and argv[0] == "import-routing":
+        from workloads.importers import main as import_main
+
+        sys.exit(import_main(argv[1:]))
     if argv and argv[0] == "bench-sim":
         from harness.bench_sim import main as bench_main
 
         sys.exit(bench_main(argv[1:]))
+    if argv and argv[0] == "bench-policies":
+        from harness.bench_policies import main as bench_policies_main
+
+        sys.exit(bench_policies_main(argv[1:]))
+    if argv and argv[0] == "bench-behaviour":
+        from harness.bench_behaviour import main as bench_behaviour_main
+
+        sys.exit(bench_behaviour_main(argv[1:]))
+    if argv and argv[0] == "bench-backend":
+        from harness.bench_backend import main as bench_backend_main
+
+        sys.exit(bench_backend_main(argv[1:]))
+    if argv and argv[0] == "validate":
+        from harness.validate import main as validate_main
+
+        sys.exit(validate_main(argv[1:]))
+    if argv and argv[0] == "record":
+        from harness.record import main as record_main
+
+        sys.exit(record_main(argv[1:]))
+    if argv and argv[0] == "calibrate":
+        from harness.calibrate import main as calibrate_main
+
+        sys.exit(calibrate_main(argv[1:]))
     sys.argv = [sys.argv[0], *argv]
     _hydra_main()
 

@@ -409,6 +409,9 @@ def parse_args(argv: list[str]) -> RecordConfig:
 
 
 def main(argv: list[str]) -> int:
+    if any(a in ("-h", "--help") for a in argv):
+        print(__doc__)
+        return 0
     cfg = parse_args(argv)
     res = record(cfg)
     tr = res["trace"]
