@@ -74,48 +74,27 @@ def _hydra_main() -> None:
     task()
 
 
+# Subcommand -> module whose main(argv) -> exit code runs it (imported only when used).
+SUBCOMMANDS = {
+    "table1": "analysis.table1",
+    "characterize": "analysis.routing_report",
+    "import-routing": "workloads.importers",
+    "bench-sim": "harness.bench_sim",
+    "bench-policies": "harness.bench_policies",
+    "bench-behaviour": "harness.bench_behaviour",
+    "bench-backend": "harness.bench_backend",
+    "validate": "harness.validate",
+    "record": "harness.record",
+    "calibrate": "harness.calibrate",
+}
+
+
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
-    if argv and argv[0] == "table1":
-        from analysis.table1 import main as table1_main
+    if argv and argv[0] in SUBCOMMANDS:
+        import importlib
 
-        sys.exit(table1_main(argv[1:]))
-    if argv and argv[0] == "characterize":
-        from analysis.routing_report import main as characterize_main
-
-        sys.exit(characterize_main(argv[1:]))
-    if argv and argv[0] == "import-routing":
-        from workloads.importers import main as import_main
-
-        sys.exit(import_main(argv[1:]))
-    if argv and argv[0] == "bench-sim":
-        from harness.bench_sim import main as bench_main
-
-        sys.exit(bench_main(argv[1:]))
-    if argv and argv[0] == "bench-policies":
-        from harness.bench_policies import main as bench_policies_main
-
-        sys.exit(bench_policies_main(argv[1:]))
-    if argv and argv[0] == "bench-behaviour":
-        from harness.bench_behaviour import main as bench_behaviour_main
-
-        sys.exit(bench_behaviour_main(argv[1:]))
-    if argv and argv[0] == "bench-backend":
-        from harness.bench_backend import main as bench_backend_main
-
-        sys.exit(bench_backend_main(argv[1:]))
-    if argv and argv[0] == "validate":
-        from harness.validate import main as validate_main
-
-        sys.exit(validate_main(argv[1:]))
-    if argv and argv[0] == "record":
-        from harness.record import main as record_main
-
-        sys.exit(record_main(argv[1:]))
-    if argv and argv[0] == "calibrate":
-        from harness.calibrate import main as calibrate_main
-
-        sys.exit(calibrate_main(argv[1:]))
+        sys.exit(importlib.import_module(SUBCOMMANDS[argv[0]]).main(argv[1:]))
     sys.argv = [sys.argv[0], *argv]
     _hydra_main()
 

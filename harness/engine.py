@@ -225,8 +225,12 @@ class Engine:
             if layer.moe_index >= 0:
                 now = self._moe_layer(info, layer.moe_index, members, now)
         now += self.backend.iteration_ms(len(members))
+        return self._end_iteration(info, members, start, now)
+
+    def _end_iteration(self, info: IterationInfo, members, start: float, now: float) -> float:
+        """Start due prefetches, record the iteration, tell the system, take its proposal."""
         self._advance(now)
-        self.rec.iteration(index, kind, start, now, members)
+        self.rec.iteration(info.index, info.kind, start, now, members)
         t0 = time.perf_counter()
         self.system.on_step_end(info, now)
         proposal = self.system.propose_prefetch(now)
@@ -242,15 +246,7 @@ class Engine:
             self._driver.iteration(info, members)
         finally:
             self._live_iter = None
-        now = max(self.backend.now_ms(), start)
-        self._advance(now)
-        self.rec.iteration(info.index, info.kind, start, now, members)
-        t0 = time.perf_counter()
-        self.system.on_step_end(info, now)
-        proposal = self.system.propose_prefetch(now)
-        self.policy_s += time.perf_counter() - t0
-        self._set_queue(proposal, now)
-        return now
+        return self._end_iteration(info, members, start, max(self.backend.now_ms(), start))
 
     def live_layer(self, layer: int, run) -> None:
         """Called from inside a live forward at MoE layer `layer` after its router ran:

@@ -38,6 +38,17 @@ class FixedBackend:
         return self._iter
 
 
+class EvictableSet:
+    """Stand-in for the engine's Candidates in choose_victim unit tests: the evictable keys and
+    whether the cache is full."""
+
+    def __init__(self, keys, full: bool = True):
+        self.keys, self.full = set(keys), full
+
+    def __contains__(self, key: int) -> bool:
+        return key in self.keys
+
+
 def meta_for(model) -> dict:
     return {"num_moe_layers": model.num_moe_layers, "num_experts": model.num_experts,
             "top_k": model.top_k, "moe_layer_stacks": list(model.moe_layer_stacks),

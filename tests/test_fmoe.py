@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from helpers import FixedBackend, meta_for, tiny_model
+from helpers import EvictableSet, FixedBackend, meta_for, tiny_model
 
 from harness.config import compose_config
 from harness.engine import Engine
@@ -154,30 +154,22 @@ def test_batch_merge_keeps_each_key_at_its_best_priority():
     assert s.p[4:8].tolist() == [0.6, 0.3, 0.0, 0.0]  # eviction p: max over requests
 
 
-class _Cands:
-    def __init__(self, keys, full=True):
-        self.keys, self.full = set(keys), full
-
-    def __contains__(self, key):
-        return key in self.keys
-
-
 def test_eviction_takes_the_lowest_p_times_freq():
     s = _bound()
     for key in range(4):
         s.on_load(key, True, 0.0)
     s.p[:4], s.freq[:4] = [0.5, 0.1, 0.4, 0.9], [1, 6, 2, 1]
     s._rescore(np.arange(4))  # p * freq = 0.5, 0.6, 0.8, 0.9
-    assert s.choose_victim(_Cands([0, 1, 2, 3], full=False), 9, True, 0.0) is None
-    assert s.choose_victim(_Cands([1, 2, 3]), 9, True, 0.0) == 1  # 0 not evictable
-    assert s.choose_victim(_Cands([0, 2, 3]), 9, True, 0.0) == 0
+    assert s.choose_victim(EvictableSet([0, 1, 2, 3], full=False), 9, True, 0.0) is None
+    assert s.choose_victim(EvictableSet([1, 2, 3]), 9, True, 0.0) == 1  # 0 not evictable
+    assert s.choose_victim(EvictableSet([0, 2, 3]), 9, True, 0.0) == 0
     # Key 2 is expected by a usable prediction (layer 0 is ahead of pos_now = -1): a prefetch
     # never evicts it; a demand fetch takes it only when nothing else is evictable.
     s.kind, s.pos_now, s.pending = DECODE, -1, [_pred(0, {2: 0.4})]
     s.propose_prefetch(0.0)
-    assert s.choose_victim(_Cands([2]), 9, False, 0.0) is None
-    assert s.choose_victim(_Cands([2, 3]), 9, False, 0.0) == 3
-    assert s.choose_victim(_Cands([2]), 9, True, 0.0) == 2
+    assert s.choose_victim(EvictableSet([2]), 9, False, 0.0) is None
+    assert s.choose_victim(EvictableSet([2, 3]), 9, False, 0.0) == 3
+    assert s.choose_victim(EvictableSet([2]), 9, True, 0.0) == 2
 
 
 def test_topk_count_maps_without_probs():

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from helpers import FixedBackend, random_trace, tiny_model
+from helpers import EvictableSet, FixedBackend, random_trace, tiny_model
 
 from harness.engine import Engine
 from systems.base import SystemContext
@@ -84,14 +84,6 @@ def test_own_weight_blends_the_requests_own_eam():
     np.testing.assert_allclose(s.score[4:8], [0.125, 0.375, 0.0, 0.0])
 
 
-class _Cands:
-    def __init__(self, evictable, full=True):
-        self.evictable, self.full = set(evictable), full
-
-    def __contains__(self, key):
-        return key in self.evictable
-
-
 def test_eviction_takes_the_lowest_predicted_reuse_and_prefetch_never_evicts_better():
     s = _bound_with_history([[2, 0, 0, 0], [1, 3, 0, 0], [0, 0, 3, 1]], slots=4)
     s.on_request_start(_Req(), 0.0)
@@ -99,14 +91,14 @@ def test_eviction_takes_the_lowest_predicted_reuse_and_prefetch_never_evicts_bet
     for key in (0, 5, 10, 11):  # scores 1, .75, .75, .25
         s.on_load(key, True, 0.0)
     # key 11 is in use by the running layer: next lowest are 5 and 10 (.75), ties: lowest key
-    assert s.choose_victim(_Cands({0, 5, 10}), 4, True, 0.0) == 5
+    assert s.choose_victim(EvictableSet({0, 5, 10}), 4, True, 0.0) == 5
     assert not s.resident[5] and s.n_resident == 3
     # a prefetch of key 4 (score .25) must not evict key 10 (score .75)
-    assert s.choose_victim(_Cands({0, 10}), 4, False, 0.0) is None
+    assert s.choose_victim(EvictableSet({0, 10}), 4, False, 0.0) is None
     assert s.resident[10]
     # a demand fetch may
-    assert s.choose_victim(_Cands({0, 10}), 4, True, 0.0) == 10
-    assert s.choose_victim(_Cands({0}, full=False), 4, True, 0.0) is None  # free slot
+    assert s.choose_victim(EvictableSet({0, 10}), 4, True, 0.0) == 10
+    assert s.choose_victim(EvictableSet({0}, full=False), 4, True, 0.0) is None  # free slot
 
 
 def test_request_eams_count_tokens_over_prefill_and_decode():
