@@ -143,3 +143,16 @@ def test_table1_header_names_an_imported_trace(tmp_path):
     assert table1_main([str(tmp_path / "table1")]) == 0
     md = (tmp_path / "table1" / "table1.md").read_text()
     assert "routing from mine.npz (imported:mine.jsonl)" in md and "SYNTHETIC" not in md
+
+
+def test_request_range_is_parsed_and_checked(tmp_path):
+    from workloads.importers import _span
+
+    assert _span("1:3", 3) == (1, 3) and _span(":2", 3) == (0, 2) and _span("2:", 3) == (2, 3)
+    for bad in ("2:2", "0:4", "x", "1:2:3"):
+        with pytest.raises(ValueError, match="--requests"):
+            _span(bad, 3)
+    src = _write_jsonl(tmp_path / "r.jsonl", RECORDS)  # one request: 1:2 is out of range
+    out = tmp_path / "t.npz"
+    assert main([str(src), str(out), "--model", "deepseek_v2_lite", "--requests", "1:2"]) == 2
+    assert not out.exists()

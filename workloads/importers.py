@@ -301,6 +301,18 @@ def model_shape(name: str) -> dict:
             "top_k": spec.top_k, "model": spec.name}
 
 
+def _span(text: str, n: int) -> tuple[int, int]:
+    """`START:STOP` (either side may be empty) checked against n requests."""
+    try:
+        a, b = text.split(":")
+        start, stop = int(a) if a else 0, int(b) if b else n
+    except ValueError:
+        raise ValueError(f"--requests: expected START:STOP, got {text!r}") from None
+    if not 0 <= start < stop <= n:
+        raise ValueError(f"--requests: {text!r} is not a non-empty range within 0:{n}")
+    return start, stop
+
+
 def main(argv: list[str]) -> int:
     """`moebench import-routing IN OUT --model NAME [--decode-tokens N] ...`"""
     from harness.trace import write_trace
@@ -315,12 +327,20 @@ def main(argv: list[str]) -> int:
                     help="replay the last N tokens as teacher-forced decode steps")
     ap.add_argument("--gaps", default="error", choices=GAPS)
     ap.add_argument("--duplicates", default="error", choices=("error", "first"))
+    ap.add_argument("--requests", default=None, metavar="START:STOP",
+                    help="keep requests START..STOP-1 in file order (e.g. a calibration split "
+                         "0:500 and a measured split 500:1000)")
     args = ap.parse_args(argv)
     try:
         shape = model_shape(args.model)
         reqs, sha = read_routing(args.input, args.format, args.duplicates)
+        provenance = {"input_sha256": sha, "format": args.format}
+        if args.requests is not None:
+            start, stop = _span(args.requests, len(reqs))
+            reqs = reqs[start:stop]
+            provenance["requests"] = f"{start}:{stop}"
         tr = to_trace(reqs, shape, Path(args.input).name, args.decode_tokens, args.gaps,
-                      provenance={"input_sha256": sha, "format": args.format})
+                      provenance=provenance)
         out_sha = write_trace(tr, args.output)
     except (TraceError, ValueError) as exc:
         print(f"moebench import-routing: error: {exc}", file=sys.stderr, flush=True)
