@@ -117,6 +117,82 @@ def spec_accuracy(tr, max_rows: int = 200_000) -> float | None:
     return float(match.mean())
 
 
+def _layer_pairs(seq: np.ndarray, perm: np.ndarray | None = None):
+    """A token's experts at layer l and at layer l+1, for every (l, t) where the token has
+    both: (layer int [n], at_l int [n, k], at_next int [n, k]). With perm [T], layer l+1's
+    experts are those of token perm[t] instead (the shuffled baseline)."""
+    src = np.arange(seq.shape[1]) if perm is None else perm
+    ok = (seq[:-1, :, 0] >= 0) & (seq[1:, src, 0] >= 0)  # [L-1, T]
+    lay, pos = np.nonzero(ok)
+    return lay, seq[lay, pos].astype(np.int64), seq[lay + 1, src[pos]].astype(np.int64)
+
+
+def _pair_counts(pairs, L1: int, E: int) -> np.ndarray:
+    """int64 [L1, E, E]: count of (expert i at layer l, expert j at l+1) over every pair of
+    a token's k and k experts."""
+    lay, at_l, at_next = pairs
+    key = (lay[:, None, None] * E + at_l[:, :, None]) * E + at_next[:, None, :]  # [n, k, k]
+    return np.bincount(key.ravel(), minlength=L1 * E * E).reshape(L1, E, E)
+
+
+def _hits(guess: np.ndarray, actual: np.ndarray) -> int:
+    """Guessed ids int [n, k] that are among the actual (distinct) ids int [n, k]."""
+    return int((guess[:, :, None] == actual[:, None, :]).any(-1).sum())
+
+
+def cross_layer(seqs: list[np.ndarray], E: int, k: int, seed: int = 0) -> dict:
+    """Per-token cross-layer predictability (docs/routing.md, "Cross-layer predictability").
+
+    Fit half: even-indexed requests (a single request: its first half of tokens); test half:
+    the rest. T[l][i, j] = P(expert j at layer l+1 | expert i at layer l, same token) from the
+    fit half, add-one smoothed. For each test token and layer l < L-1, guess layer l+1's k
+    experts as the k largest of sum over its layer-l experts i of T[l][i, :]; precision =
+    share of the actual experts guessed, pooled over tokens and layers. Baselines: the fit
+    half's k most used experts of layer l+1 ("popularity") and k / E. Model-free: mutual
+    information (bits, mean over layer pairs) of (expert at l, expert at l+1) over every
+    pair of the same token's experts, all requests, and the same with each request's layer
+    l+1 tokens shuffled (seeded): what request-level preferences and estimation bias alone
+    give. Index arithmetic only (no BLAS: matmul threads stall on a busy shared machine)."""
+    if not seqs or seqs[0].shape[0] < 2:
+        return {}
+    L1 = seqs[0].shape[0] - 1
+    if len(seqs) == 1:
+        half = seqs[0].shape[1] // 2
+        fit, test = [seqs[0][:, :half]], [seqs[0][:, half:]]
+    else:
+        fit, test = seqs[0::2], seqs[1::2]
+    counts = sum(_pair_counts(_layer_pairs(seq), L1, E) for seq in fit)  # [L-1, E, E]
+    trans = ((counts + 1) / (counts + 1).sum(-1, keepdims=True)).astype(np.float32)
+    pop = np.argsort(-counts.sum(1), axis=-1, kind="stable")[:, :k]  # [L-1, k] by l+1 load
+    hits = pop_hits = tokens = 0
+    joint = counts.copy()  # all pairs of every request (both halves)
+    for seq in test:
+        pairs = _layer_pairs(seq)
+        joint += _pair_counts(pairs, L1, E)
+        lay, at_l, at_next = pairs
+        score = trans[lay[:, None], at_l].sum(1)  # [n, E]
+        guess = np.argpartition(-score, k - 1, axis=-1)[:, :k]
+        hits += _hits(guess, at_next)
+        pop_hits += _hits(pop[lay], at_next)
+        tokens += len(lay)
+    if not tokens:
+        return {}
+    rng = np.random.default_rng([seed, 7])
+    shuffled = sum(_pair_counts(_layer_pairs(seq, rng.permutation(seq.shape[1])), L1, E)
+                   for seq in seqs)
+    return {"xl_precision": hits / (k * tokens), "xl_popularity": pop_hits / (k * tokens),
+            "xl_random": k / E, "xl_mi_bits": _mutual_information(joint),
+            "xl_mi_shuffled_bits": _mutual_information(shuffled)}
+
+
+def _mutual_information(joint: np.ndarray) -> float:
+    """Mean over layer pairs of the plug-in mutual information (bits) of counts [L-1, E, E]."""
+    p = joint / np.maximum(joint.sum((1, 2), keepdims=True), 1e-12)
+    indep = p.sum(2, keepdims=True) * p.sum(1, keepdims=True)
+    ratio = np.where(p > 0, p / np.where(indep > 0, indep, 1), 1.0)
+    return float((p * np.log2(ratio)).sum((1, 2)).mean())
+
+
 def kmeans(x: np.ndarray, k: int, seed: int, restarts: int = 3) -> tuple[np.ndarray, float]:
     """Best (lowest inertia) of `restarts` seeded k-means++ runs; x float [n, d] ->
     (labels int [n], inertia)."""
@@ -263,4 +339,5 @@ def characterize(seqs: list[np.ndarray], E: int, k: int, min_tokens: int = 16,
     if groups and len(profiles) >= 4:
         stats.update(request_groups(profiles, seed))
     stats["max_entropy_bits"] = math.log2(E)
+    stats.update(cross_layer(seqs, E, k, seed))
     return stats

@@ -51,6 +51,10 @@ TABLE = [
     ("transition_max", "largest group transition probability",
      "~0.3, most < 0.12 [MoE-Infinity App. B]"),
     ("freq_guess_hit", "frequency-guess accuracy", ""),
+    ("xl_precision", "cross-layer precision (transition guess)", ""),
+    ("xl_popularity", "  popularity guess", ""),
+    ("xl_mi_bits", "cross-layer mutual information (bits)", ""),
+    ("xl_mi_shuffled_bits", "  tokens shuffled within a request", ""),
 ]
 CHECKED = ("reuse_lag1", "entropy_bits", "top_share", "used")  # the 20% targets
 

@@ -51,6 +51,11 @@ ROWS = [  # (key, label, format)
     ("spec_hit", "next-layer guess accuracy (trace spec_topk)", "{:.3f}"),
     ("freq_guess_hit", "frequency guess accuracy (request's k most used experts so far)",
      "{:.3f}"),
+    ("xl_precision", "cross-layer precision (next layer's experts from this layer's, same token)",
+     "{:.3f}"),
+    ("xl_popularity", "  popularity guess (next layer's k most used experts)", "{:.3f}"),
+    ("xl_mi_bits", "cross-layer mutual information (bits)", "{:.3f}"),
+    ("xl_mi_shuffled_bits", "  with tokens shuffled within a request", "{:.3f}"),
 ]
 
 

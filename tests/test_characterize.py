@@ -20,6 +20,7 @@ import pytest
 
 from analysis.characterize import (
     characterize,
+    cross_layer,
     kmeans,
     per_request,
     request_groups,
@@ -72,6 +73,28 @@ def test_request_sequences_concatenate_steps():
     # guesses at layer 0 for tokens 0..3: 2, 3, 2, 0 vs layer 1 actual 2, 3, 2, 0 -> wrong at t1
     tr.spec_topk[1] = 1
     assert spec_accuracy(tr) == pytest.approx(3 / 4)
+
+
+def test_cross_layer_by_hand():
+    """Two layers, E = 4, k = 1; request 0 fits, request 1 is tested. Fit pairs (layer 0 ->
+    layer 1): 0->1 twice, 1->2, 2->3. Add-one rows: 0: (1,3,1,1)/6 -> guess 1; 1: (1,1,2,1)/5
+    -> 2; 2: (1,1,1,2)/5 -> 3. Test pairs 0->1, 1->2, 2->0 (token 3 has a gap at layer 1:
+    skipped): guesses 1, 2, 3 -> 2 of 3. Popularity: layer 1's busiest fit expert is 1 -> 1/3.
+    MI over the 7 pairs of both requests: (0,1) 3/7, (1,2) 2/7, (2,3) 1/7, (2,0) 1/7, with
+    marginals i: 3/7, 2/7, 2/7; j: 3/7, 2/7, 1/7, 1/7 -> 3/7 log2(7/3) + 4/7 log2(7/2)."""
+    r0 = np.array([[[0], [0], [1], [2]], [[1], [1], [2], [3]]])  # [L=2, T=4, k=1]
+    r1 = np.array([[[0], [1], [2], [3]], [[1], [2], [0], [-1]]])
+    st = cross_layer([r0, r1], E=4, k=1)
+    assert st["xl_precision"] == pytest.approx(2 / 3)
+    assert st["xl_popularity"] == pytest.approx(1 / 3)
+    assert st["xl_random"] == 0.25
+    mi = 3 / 7 * np.log2(7 / 3) + 4 / 7 * np.log2(7 / 2)
+    assert st["xl_mi_bits"] == pytest.approx(mi)
+    # one request: first half of its tokens fits (0->1, 1->2), second half is tested:
+    # 0 -> guess 1, actual 1; 1 -> guess 2, actual 3. Popularity: 1 and 2 tie, lower id 1.
+    one = np.array([[[0], [1], [0], [1]], [[1], [2], [1], [3]]])
+    st = cross_layer([one], E=4, k=1)
+    assert (st["xl_precision"], st["xl_popularity"]) == (0.5, 0.5)
 
 
 def test_silhouette_by_hand_and_kmeans_finds_blobs():
@@ -138,6 +161,31 @@ def test_synthetic_deepseek_shaped_within_20_percent_of_published():
     for key, real in published.items():
         assert abs(synth[key] / real - 1) <= 0.2, (key, synth[key], real)
     assert synth["agg_entropy_bits"] >= 0.98 * 6  # near uniform, as the real 5.97 of 6 bits
+
+
+def test_synthetic_deepseek_cross_layer_within_20_percent_of_real():
+    """Cross-layer precision (docs/routing.md) on every 4th real DeepSeek-V2-Lite prompt vs
+    length-matched synthetic prompts, same number of requests (the fit half's size matters)."""
+    path = ROOT.parent / "shared" / "data" / "routing_deepseek_v2_lite_sample" / \
+        "prefill_routing_prompts_0001_1000.jsonl.gz"
+    if not path.exists():
+        pytest.skip(f"{path} not present (shared data)")
+    import gzip
+    import json
+
+    from analysis.routing_calibration import length_matched_deepseek
+
+    real_seqs = []
+    with gzip.open(path, "rt") as fh:
+        for i, line in enumerate(fh):
+            if i % 4 == 0:
+                real_seqs.append(np.array(json.loads(line)["experts"], np.int16))
+    real = cross_layer(real_seqs, 64, 6)
+    assert real["xl_precision"] > 3 * real["xl_popularity"]  # strongly coupled layers
+    seqs, _, _ = length_matched_deepseek(sorted(s.shape[1] for s in real_seqs), bins=5)
+    synth = cross_layer(seqs, 64, 6)
+    assert abs(synth["xl_precision"] / real["xl_precision"] - 1) <= 0.2, (synth, real)
+    assert synth["xl_popularity"] < 0.2  # the guess is cross-layer, not popularity
 
 
 def test_cli_characterize_writes_markdown_and_png(tmp_path):

@@ -7,10 +7,21 @@ Model. For request r of task j, MoE layer l, expert e and the t-th token through
     X[t] = stickiness * X[t-1] + sticky_std * sqrt(1 - stickiness**2) * n[t]  (std sticky_std)
 
 G, A, B are standardised Gumbel draws (right-skewed: a few hot experts per row, which real
-routing's high top-expert share at high entropy needs); n is i.i.d. unit-variance uniform noise.
+routing's high top-expert share at high entropy needs); n is unit-variance uniform noise.
 As X[t] contains n[t], the score's token-to-token correlation drops after one token, then decays
 geometrically, as in real DeepSeek-V2-Lite routing (share of a token's experts also used d tokens
-earlier: 0.27, 0.21, 0.18, 0.16, 0.15 for d = 1, 2, 4, 8, 16; random 0.094). Routed experts =
+earlier: 0.27, 0.21, 0.18, 0.16, 0.15 for d = 1, 2, 4, 8, 16; random 0.094).
+
+Cross-layer coupling (g = cross_layer_corr), per token: n[l,t,e] is a copy of the token's
+n[l-1,t,src[l-1][e]] with probability g (decided per entry), else a fresh draw; src[l] is a
+fixed random permutation per layer pair, drawn once per seed like G. So n, and X through it,
+of expert src[l-1][e] at layer l-1 and expert e at layer l correlate by g: a token's experts
+at one layer point to likely experts at the next, as in real routing (docs/routing.md,
+"Cross-layer predictability"), while n stays i.i.d. uniform over tokens and within a layer,
+so each layer's own statistics barely move. No coupling across stacks (encoder -> decoder is
+another token). g = 0: no copies, no extra draws (the trace is as before the knob).
+
+Routed experts =
 top-k of the score; `weights` = softmax over the chosen scores; `probs` = softmax over all E,
 averaged over a step's tokens (prefill: over every max(1, P // 64)-th prompt token, to save
 time); `spec_topk` at layer l = top-k of layer l+1's scores plus uniform noise of std
@@ -75,6 +86,13 @@ class SyntheticConfig:
     stickiness: float = 0.8  # AR(1) coefficient per token: decay of reuse with lag
     token_noise_std: float = 1.0  # fresh per-token noise, the score unit: lag-1 reuse 0.28
     guess_noise_std: float = 0.5  # next-layer guess error: ~0.72 of guessed experts right
+    # Per-token coupling of adjacent layers: share of n copied from the previous layer (in
+    # steps of 1/256). Set by cross-layer precision (docs/routing.md): guessing layer l+1's
+    # experts from layer l's through transitions fitted on other prompts, DeepSeek-V2-Lite-
+    # shaped at matched lengths: 0.471 vs 0.469 real (popularity 0.135, random 0.094; 0 here
+    # gives 0.136). The statistics above do not move (n stays i.i.d. uniform per layer). The
+    # one real Mixtral prompt shows a weaker link (docs/routing.md); no per-shape value.
+    cross_layer_corr: float = 0.95
     embed_dim: int = 384  # as all-MiniLM-L6-v2
     embed_noise: float = 1.0  # request noise norm vs unit task centroid: same-task cos ~0.5
     # Request-level inputs (workloads/requests.py, docs/serving.md); None keeps the fields above.
@@ -99,6 +117,8 @@ class SyntheticConfig:
                 raise ValueError(f"synthetic.{name}: must be >= 1")
         if not 0.0 <= self.stickiness < 1.0:
             raise ValueError("synthetic.stickiness: must be in [0, 1)")
+        if not 0.0 <= self.cross_layer_corr <= 1.0:
+            raise ValueError("synthetic.cross_layer_corr: must be in [0, 1]")
         stds = ("layer_pref_std", "task_pref_std", "request_pref_std", "sticky_std",
                 "token_noise_std", "guess_noise_std", "embed_noise", "arrival_ms")
         for name in stds:
@@ -136,11 +156,40 @@ def _geometry(stacks: tuple[str, ...], P: int, S: int):
     return n0, counts, pt, pl, int(pt.max()) + 1
 
 
-def _route_chunk(rng, pref, cfg, n0, counts, t_max, k2, keep):
+def _cross_layer_map(cfg, stacks: tuple[str, ...], E: int):
+    """None (coupling off), or (src int64 [L-1, E]: the expert of layer l that hands its noise
+    to expert j of layer l+1; threshold uint8 [L]: copy where a uniform byte is below it,
+    0 at layer 0 and where the stack changes)."""
+    g = float(cfg.cross_layer_corr)
+    L = len(stacks)
+    if g == 0 or L < 2:
+        return None
+    rng = stream(cfg.seed, "synthetic/cross-layer")  # model-level, like G: same for all splits
+    src = np.stack([rng.permutation(E) for _ in range(L - 1)])  # [L-1, E]
+    same = np.array([stacks[i + 1] == stacks[i] for i in range(L - 1)])
+    # P(byte < threshold) = threshold / 256: g rounded to the nearest 1/256
+    threshold = np.concatenate([[0], np.where(same, min(255, round(256 * g)), 0)])
+    return src, threshold.astype(np.uint8)
+
+
+def _copy_layers(w: np.ndarray, u8: np.ndarray, cross) -> None:
+    """In place on one token position's noise uint16 [c, L, E], layer after layer: entry
+    (l, j) takes the (already copied) entry (l-1, src[l-1][j]) where u8 [c, L, E] is below the
+    layer's threshold (probability cross_layer_corr). Marginals stay uniform; the noise of
+    mapped experts in adjacent layers correlates by cross_layer_corr, in n and so in X."""
+    src, threshold = cross
+    copy = u8 < threshold[:, None]  # bool [c, L, E]
+    for layer in np.flatnonzero(threshold):
+        np.copyto(w[:, layer], w[:, layer - 1].take(src[layer - 1], axis=1),
+                  where=copy[:, layer])
+
+
+def _route_chunk(rng, pref, cfg, n0, counts, t_max, k2, keep, cross=None):
     """Route one chunk of requests through all layers and token positions.
 
     pref float32 [c, L, E] (bounded log-preferences); per request prefill tokens n0 int [c, L]
-    and tokens per (step, layer) counts [c, S, L] (0 past a request's last step)
+    and tokens per (step, layer) counts [c, S, L] (0 past a request's last step); cross: the
+    cross-layer map (_cross_layer_map) or None
     -> (cand int32 [t_max, c, L, k2]: the
     top-k2 scores of each (position, request, layer) as float bits with the expert id in the
     low bits; probs float32 [c, S, L, E]: router probabilities averaged over each step).
@@ -172,6 +221,9 @@ def _route_chunk(rng, pref, cfg, n0, counts, t_max, k2, keep):
     uniform = live.all(axis=(1, 2)) & (steps == steps[:, :1, :1]).all(axis=(1, 2))
     for t in range(t_max):
         w = rng.bit_generator.random_raw(c * L * E // 4).view(np.uint16).reshape(c, L, E)
+        if cross is not None:  # n copied over layers: same uniform marginal
+            _copy_layers(w, rng.bit_generator.random_raw(c * L * E // 8).view(np.uint8)
+                         .reshape(c, L, E), cross)
         z *= np.float32(rho)
         np.multiply(w, alpha, out=tmp)
         z += tmp  # X[t] + mz
@@ -266,6 +318,7 @@ def generate_trace(model: ModelSpec, cfg: SyntheticConfig) -> Trace:
     keep = np.int32(~((1 << id_bits) - 1))  # mask of the score bits of a packed key
     pref_clip = 6 * (cfg.layer_pref_std + cfg.task_pref_std + cfg.request_pref_std)
     same_stack = np.array([stacks[i + 1] == stacks[i] for i in range(L - 1)], bool)
+    cross = _cross_layer_map(cfg, stacks, E)
     # row i of a request's output is position pt[i] of layer pl[i]: row pt * c * L + pl of the
     # chunk's [T, c, L] outputs, plus L per request before it in the chunk
     gather_base = {ps: g[2] * (CHUNK_REQUESTS * L) + g[3] for ps, g in geo.items()}
@@ -288,7 +341,7 @@ def generate_trace(model: ModelSpec, cfg: SyntheticConfig) -> Trace:
         for i, m in enumerate(members):
             counts[i, :S_r[m]] = geo[shape_of[m]][1]
         t_max = max(geo[shape_of[m]][4] for m in members)
-        cand, pr = _route_chunk(rng, pref, cfg, n0, counts, t_max, k2, keep)
+        cand, pr = _route_chunk(rng, pref, cfg, n0, counts, t_max, k2, keep, cross)
         ids, w, guess = _finish_chunk(rng, cand, cfg, E, k, keep, idt)
         guess[:, :, :-1][:, :, ~same_stack] = E  # the token does not pass through layer l+1
         idx = np.concatenate([gather_base[shape_of[c0 + i]] + i * L for i in range(n)])
@@ -310,6 +363,8 @@ def generate_trace(model: ModelSpec, cfg: SyntheticConfig) -> Trace:
     for key in ("arrivals", "prompts"):  # absent when unset: default traces stay as they were
         if generator[key] is None:
             del generator[key]
+    if not cfg.cross_layer_corr:  # off: absent, so traces made before the knob stay identical
+        del generator["cross_layer_corr"]
     meta = {
         "num_moe_layers": L, "num_experts": E, "top_k": k, "moe_layer_stacks": list(stacks),
         "model": model.name, "synthetic": True, "routing_source": "synthetic",
