@@ -59,8 +59,8 @@ def bench_eamc(model, n_entries: int, rng) -> tuple[float, float]:
     query = rng.multinomial(543 * k, np.full(E, 1 / E), size=L).astype(np.float64).ravel()
     full_us = _median_us(lambda i: system.eamc.query(query), 200)
     st = _Active(L * E, system.eamc.n)
-    ids = [np.sort(rng.choice(E, k, replace=False)) for _ in range(L)]
-    ones = np.ones(k)
+    ids = [sorted(rng.choice(E, k, replace=False).tolist()) for _ in range(L)]
+    ones = [1] * k
     step_us = _median_us(lambda i: system._observe(st, i % L, ids[i % L], ones, False), 2000)
     return full_us, step_us
 

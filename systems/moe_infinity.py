@@ -19,6 +19,8 @@ the layer's new counts only (O(N * experts routed)), and cosine uses per-entry p
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from systems.base import System
@@ -36,6 +38,8 @@ class EAMC:
         self.capacity, self.L, self.E = capacity, num_layers, num_experts
         self.cols = np.zeros((num_layers * num_experts, capacity), dtype=np.float32)
         self.prefix = np.zeros((num_layers, capacity))  # [l, slot]: sum of squares, layers 0..l
+        # [l, slot]: 1 / sqrt(prefix) (0 for an empty prefix), float32 like the dot products
+        self.inv_norm = np.zeros((num_layers, capacity), dtype=np.float32)
         self.n = 0
         self.replaced = 0
         self.version = 0  # bumped on every insert: cached dot products are then stale
@@ -51,6 +55,8 @@ class EAMC:
             self.replaced += 1
         self.cols[:, slot] = eam.ravel()
         self.prefix[:, slot] = np.cumsum(np.square(eam, dtype=np.float64).sum(axis=1))
+        p = self.prefix[:, slot]
+        self.inv_norm[:, slot] = np.divide(1.0, np.sqrt(p), out=np.zeros_like(p), where=p > 0)
         self.version += 1
         return slot
 
@@ -156,23 +162,31 @@ class MoEInfinity(System):
         st.dots = st.eam.astype(np.float32) @ c.cols[:, :c.n]
         st.version = c.version
 
-    def _observe(self, st: _Active, layer: int, ids: np.ndarray, counts: np.ndarray,
+    def _observe(self, st: _Active, layer: int, ids: list[int], counts: list[int],
                  prefill: bool) -> None:
-        c, keys = self.eamc, layer * self.ctx.num_experts + ids
+        """Add one layer's counts (python lists: ids ascending, tokens each) and re-match.
+
+        The k-element bookkeeping is plain python (cheaper than numpy calls at k <= ~8)."""
+        c, E = self.eamc, self.ctx.num_experts
         if c.n and st.version != c.version:
             self._refresh(st)  # before adding this layer's counts, which are added below
-        old = st.eam[keys]
-        st.eam[keys] = old + counts
-        st.norm2 += float(np.dot(counts, 2 * old + counts))
-        row = slice(layer * c.E, (layer + 1) * c.E)
-        st.own[row] = st.eam[row] / st.eam[row].sum()
+        base, eam, d = layer * E, st.eam, 0.0
+        for e, cnt in zip(ids, counts):
+            old = float(eam[base + e])
+            eam[base + e] = old + cnt
+            d += cnt * (2.0 * old + cnt)
+        st.norm2 += d
+        if self.own_weight > 0:
+            row = eam[base:base + E]
+            st.own[base:base + E] = row * (1.0 / row.sum())
         if c.n == 0:
             return
-        st.dots += counts.astype(np.float32) @ c.cols[keys, :c.n]  # [k] x [k, n]
-        lim = layer if prefill else c.L - 1
-        cos = _cos(st.dots, st.norm2, c.prefix[lim, :c.n])
-        st.best = int(np.argmax(cos))
-        st.best_cos = float(cos[st.best])
+        keys = [base + e for e in ids]
+        st.dots += np.asarray(counts, dtype=np.float32) @ c.cols[keys, :c.n]  # [k] x [k, n]
+        # cosine = dots / (|query| |entry prefix|); |query| is the same for every entry
+        scaled = st.dots * c.inv_norm[layer if prefill else c.L - 1, :c.n]
+        st.best = int(scaled.argmax())
+        st.best_cos = float(scaled[st.best]) / math.sqrt(st.norm2)
         self.matches += 1
         self.best_cos_sum += st.best_cos
 
@@ -218,15 +232,13 @@ class MoEInfinity(System):
         prefill = routing.iteration.kind == "prefill"
         if len(members) == 1:
             st = self.active[members[0][0]]
-            self._observe(st, layer, np.asarray(routing.experts), np.asarray(routing.counts,
-                                                                              dtype=np.float64),
-                          prefill)
+            self._observe(st, layer, routing.experts, routing.counts, prefill)
         else:
             E = self.ctx.num_experts
             for r, rows in routing.per_request().items():
-                counts = np.bincount(rows.ravel(), minlength=E)[:E].astype(np.float64)
+                counts = np.bincount(rows.ravel(), minlength=E)[:E]
                 ids = np.flatnonzero(counts)
-                self._observe(self.active[r], layer, ids, counts[ids], prefill)
+                self._observe(self.active[r], layer, ids.tolist(), counts[ids].tolist(), prefill)
         self._update_scores()
         self._propose(layer)
 
