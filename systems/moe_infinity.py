@@ -104,7 +104,7 @@ class _Active:
     def __init__(self, num_keys: int, n_slots: int):
         self.eam = np.zeros(num_keys)  # flattened [L*E] token counts
         self.own = np.zeros(num_keys)  # the same, row-normalised per layer
-        self.dots = np.zeros(n_slots)
+        self.dots = np.zeros(n_slots, dtype=np.float32)
         self.norm2 = 0.0
         self.version = -1
         self.best = -1  # matched slot, -1 before the first match
@@ -159,7 +159,7 @@ class MoEInfinity(System):
     def _refresh(self, st: _Active) -> None:
         """Recompute dot products after the collection changed."""
         c = self.eamc
-        st.dots = st.eam.astype(np.float32) @ c.cols[:, :c.n]
+        st.dots = st.eam.astype(np.float32) @ c.cols  # [capacity]; unused slots give 0
         st.version = c.version
 
     def _observe(self, st: _Active, layer: int, ids: list[int], counts: list[int],
@@ -179,12 +179,17 @@ class MoEInfinity(System):
         if self.own_weight > 0:
             row = eam[base:base + E]
             st.own[base:base + E] = row * (1.0 / row.sum())
-        if c.n == 0:
-            return
-        keys = [base + e for e in ids]
-        st.dots += np.asarray(counts, dtype=np.float32) @ c.cols[keys, :c.n]  # [k] x [k, n]
+        if c.n:
+            self._match(st, [base + e for e in ids], counts, layer if prefill else c.L - 1)
+
+    def _match(self, st: _Active, keys: list[int], counts: list[int], lim: int) -> None:
+        """The EAMC query, incrementally: add the new counts' dot products with every entry
+        (k rows of the layer-major store), then the best cosine over layers 0..lim. Unused
+        slots are all-zero columns with inverse norm 0, so they never win."""
+        c = self.eamc
+        st.dots += np.asarray(counts, dtype=np.float32) @ c.cols.take(keys, axis=0)  # [cap]
         # cosine = dots / (|query| |entry prefix|); |query| is the same for every entry
-        scaled = st.dots * c.inv_norm[layer if prefill else c.L - 1, :c.n]
+        scaled = st.dots * c.inv_norm[lim]
         st.best = int(scaled.argmax())
         st.best_cos = float(scaled[st.best]) / math.sqrt(st.norm2)
         self.matches += 1
@@ -223,7 +228,7 @@ class MoEInfinity(System):
 
     # ---- engine hooks ---------------------------------------------------------------------
     def on_request_start(self, request, now_ms):
-        self.active[request.index] = _Active(self.ctx.total_experts, self.eamc.n)
+        self.active[request.index] = _Active(self.ctx.total_experts, self.eamc.capacity)
         self._update_scores()
         self._propose(-1)
 
