@@ -70,7 +70,7 @@ def bench_eamc(model, n_entries: int, rng) -> tuple[float, float, float]:
 
 
 def bench_fmoe(model, n_maps: int, rng) -> float:
-    from systems.fmoe import DECODE, ExpertMapStore
+    from systems.expert_maps import DECODE, ExpertMapStore
 
     L, E = model.num_moe_layers, model.num_experts
     store = ExpertMapStore(n_maps, L, E, distance=3)

@@ -19,16 +19,14 @@ from harness.recorder import LATE, MISS, PRELOAD
 from harness.run import run_config
 from harness.trace import trace_from_routing
 from systems.base import SystemContext
-from systems.fmoe import (
+from systems.expert_maps import (
     DECODE,
     PREFILL,
     ExpertMapStore,
-    FMoE,
     TrajectoryState,
-    _Prediction,
-    _topk_maps,
     select_experts,
 )
+from systems.fmoe import FMoE, _Prediction, _topk_maps
 from systems.on_demand import OnDemand
 
 ROW = np.array([0.5, 0.25, 0.125, 0.125])  # exact in binary: sums below are exact
