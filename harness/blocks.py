@@ -37,6 +37,16 @@ def block_unions(trace, arr: np.ndarray | None = None) -> tuple[list[int], list[
     return ids_out, cnt_out, bounds
 
 
+def block_expert_counts(trace) -> np.ndarray:
+    """Tokens per expert in every block (global step * L + layer): float32 [n_blocks, E].
+
+    Dense, for warm-up passes over a calibration trace (the engine uses `block_unions`)."""
+    n_blocks, E = len(trace.block_offsets) - 1, trace.num_experts
+    block_of_row = np.repeat(np.arange(n_blocks), np.diff(trace.block_offsets))  # [N]
+    flat = (block_of_row[:, None] * E + trace.topk.astype(np.int64)).ravel()  # [N * k]
+    return np.bincount(flat, minlength=n_blocks * E).reshape(n_blocks, E).astype(np.float32)
+
+
 class BlockIndex:
     """Per-block expert unions of a trace as python lists, for the engine's hot path."""
 

@@ -185,7 +185,7 @@ class Engine:
             raise EngineError(f"system {self.system.name} preloads {len(keys)} experts; the "
                               f"cache holds {self.cache.capacity_slots}")
         for key in keys:
-            if not 0 <= key < self.L * self.E:
+            if not 0 <= key < self.n_keys:
                 raise EngineError(f"system {self.system.name} preloads invalid key {key}")
             self.cache.reserve(key, 0.0, self.rec.transfer(key, PRELOAD, 0.0, 0.0, 0.0, 0.0))
             if self._load_fn is not None:

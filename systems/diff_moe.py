@@ -24,7 +24,7 @@ from collections import OrderedDict
 
 import numpy as np
 
-from harness.blocks import block_unions
+from harness.blocks import block_expert_counts
 from systems.base import System
 from systems.predictor import NextLayerPredictor
 
@@ -107,10 +107,8 @@ class DiffMoE(System):
         """Profiling pass over the calibration split: hot experts per layer, predictor."""
         ctx = self.ctx
         L, E = ctx.num_layers, ctx.num_experts
-        ids, _, bounds = block_unions(calibration)
-        block_of = np.repeat(np.arange(len(bounds) - 1), np.diff(bounds))
-        steps = np.bincount(np.asarray(block_of % L) * E + np.asarray(ids, np.int64),
-                            minlength=L * E).reshape(L, E)  # [L, E] steps using each expert
+        per_step = block_expert_counts(calibration).reshape(-1, L, E)  # [S, L, E] tokens
+        steps = (per_step > 0).sum(axis=0)  # [L, E] steps whose union holds each expert
         for layer in range(L):
             order = sorted(range(E), key=lambda e: (-steps[layer, e], e))[:self.per_layer]
             for rank, e in enumerate(order):

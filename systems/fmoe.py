@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from harness.blocks import block_expert_counts
 from systems.base import System
 from systems.expert_maps import (
     DECODE,
@@ -304,11 +305,6 @@ class FMoE(System):
 
 def _topk_maps(trace, steps: int, L: int, E: int) -> np.ndarray:
     """Fallback maps without `probs`: each block's top-k counts over its tokens, summing to 1."""
-    n_blocks = steps * L
-    rows = np.diff(trace.block_offsets)  # tokens per block
-    block_of_row = np.repeat(np.arange(n_blocks), rows)
-    k = trace.topk.shape[1]
-    flat = (block_of_row[:, None] * E + trace.topk.astype(np.int64)).ravel()
-    counts = np.bincount(flat, minlength=n_blocks * E).reshape(n_blocks, E).astype(np.float32)
-    counts /= np.maximum(rows * k, 1)[:, None]
+    counts = block_expert_counts(trace)  # [steps * L, E]
+    counts /= np.maximum(np.diff(trace.block_offsets) * trace.topk.shape[1], 1)[:, None]
     return counts.reshape(steps, L, E)

@@ -23,6 +23,7 @@ import math
 
 import numpy as np
 
+from harness.blocks import block_expert_counts
 from systems.base import System
 
 
@@ -80,15 +81,19 @@ class EAMC:
 
     def predicted(self, slot: int) -> np.ndarray:
         """Row-normalised EAM of one entry, flattened [L*E] (all-zero rows stay zero)."""
-        m = self.entry(slot).astype(np.float64)
-        rows = m.sum(axis=1, keepdims=True)
-        return np.divide(m, rows, out=np.zeros_like(m), where=rows > 0).ravel()
+        return _per_layer_shares(self.entry(slot)).ravel()
 
     def mean_predicted(self) -> np.ndarray:
         """Average predicted EAM over the collection: the prior before a request's first match."""
-        m = self.cols[:, :self.n].T.reshape(self.n, self.L, self.E).astype(np.float64)
-        rows = m.sum(axis=2, keepdims=True)
-        return np.divide(m, rows, out=np.zeros_like(m), where=rows > 0).mean(axis=0).ravel()
+        m = self.cols[:, :self.n].T.reshape(self.n, self.L, self.E)
+        return _per_layer_shares(m).mean(axis=0).ravel()
+
+
+def _per_layer_shares(m: np.ndarray) -> np.ndarray:
+    """Counts [..., E] -> float64 shares per row (each layer's row sums to 1; zero rows stay 0)."""
+    m = m.astype(np.float64)
+    rows = m.sum(axis=-1, keepdims=True)
+    return np.divide(m, rows, out=np.zeros_like(m), where=rows > 0)
 
 
 def _cos(dots: np.ndarray, norm2: float, prefix: np.ndarray) -> np.ndarray:
@@ -292,13 +297,6 @@ class MoEInfinity(System):
 
 def request_eams(trace) -> list[np.ndarray]:
     """EAM [L, E] (token counts over prefill and decode) of every request of a trace."""
-    L, E = trace.num_layers, trace.num_experts
-    off, steps = trace.block_offsets, trace.step_offsets
-    out = []
-    for r in range(trace.num_requests):
-        b0, b1 = int(steps[r]) * L, int(steps[r + 1]) * L
-        r0, r1 = int(off[b0]), int(off[b1])
-        layer = np.repeat(np.arange(b1 - b0) % L, np.diff(off[b0:b1 + 1]))  # [tokens]
-        flat = (layer[:, None] * E + trace.topk[r0:r1].astype(np.int64)).ravel()
-        out.append(np.bincount(flat, minlength=L * E).reshape(L, E).astype(np.float32))
-    return out
+    steps = int(trace.step_offsets[-1])
+    per_step = block_expert_counts(trace).reshape(steps, trace.num_layers, trace.num_experts)
+    return list(np.add.reduceat(per_step, trace.step_offsets[:-1], axis=0))  # R x [L, E]
