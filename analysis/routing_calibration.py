@@ -1,16 +1,19 @@
 """Synthetic routing vs the shared real samples: the table in docs/routing.md.
 
-`moebench characterize --calibration [--embed]` reads ../shared/data (absent: error) and
-writes results/characterize/calibration.md. Both sides go through the same statistics
-(analysis/characterize.py) at matched shapes: Mixtral-8x7B-shaped synthetic prompts of the
-real sample's 135 tokens; DeepSeek-V2-Lite-shaped synthetic prompts whose lengths follow the
-real sample's (ten length deciles, each generated at its median length). Prefill only on both
-sides (output_len 1), as the real samples are prefill recordings.
+`moebench characterize --calibration [--embed] [--shared-data DIR]` reads the shared routing
+samples (DIR, else $MOEBENCH_SHARED_DATA, else ../shared/data beside the checkout; see
+harness/shared_data.py; absent: error) and writes results/characterize/calibration.md.
+Both sides go through the same statistics (analysis/characterize.py) at matched shapes:
+Mixtral-8x7B-shaped synthetic prompts of the real sample's 135 tokens; DeepSeek-V2-Lite-shaped
+synthetic prompts whose lengths follow the real sample's (ten length deciles, each generated at
+its median length). Prefill only on both sides (output_len 1), as the real samples are
+prefill recordings.
 """
 
 from __future__ import annotations
 
 import os
+import sys
 import time
 from pathlib import Path
 
@@ -19,14 +22,14 @@ import yaml
 
 from analysis.characterize import characterize, cosine_matrix, request_sequences, semantic_coupling
 from harness.results import PROJECT_ROOT
+from harness.shared_data import require_shared_file
 from harness.specs import model_spec_from_dict
 from workloads.importers import read_routing
 from workloads.synthetic import SyntheticConfig, generate_trace
 
-SHARED = PROJECT_ROOT.parent / "shared" / "data"
-MIXTRAL_SAMPLE = SHARED / "routing_mixtral_sample" / "routing_raw.jsonl"
-DEEPSEEK_SAMPLE = (SHARED / "routing_deepseek_v2_lite_sample" /
-                   "prefill_routing_prompts_0001_1000.jsonl.gz")
+# paths inside the shared data folder
+MIXTRAL_SAMPLE = ("routing_mixtral_sample", "routing_raw.jsonl")
+DEEPSEEK_SAMPLE = ("routing_deepseek_v2_lite_sample", "prefill_routing_prompts_0001_1000.jsonl.gz")
 # 25 tasks: every length decile (~100 requests) holds every task about four times
 CAL_TASKS = [["bigbench", 9], ["flan", 8], ["mmlu", 8]]
 MIXTRAL_PROMPT_TOKENS = 135
@@ -94,16 +97,23 @@ def related_cosine(profiles: np.ndarray, labels: list[str]) -> float:
     return float(cos[same].mean())
 
 
-def measure(seed: int = 0, embed: bool = False) -> dict:
+def measure(seed: int = 0, embed: bool = False, shared_data: str | None = None) -> dict:
     """All four columns of the calibration table (needs the shared samples)."""
-    for path in (MIXTRAL_SAMPLE, DEEPSEEK_SAMPLE):
-        if not path.exists():
-            raise FileNotFoundError(f"{path}: shared routing sample not present")
+    if shared_data:
+        mixtral, deepseek = (Path(shared_data).joinpath(*p) for p in (MIXTRAL_SAMPLE,
+                                                                       DEEPSEEK_SAMPLE))
+        for path in (mixtral, deepseek):
+            if not path.exists():
+                raise FileNotFoundError(f"{path}: shared routing sample not present "
+                                        "(--shared-data)")
+    else:
+        mixtral, deepseek = require_shared_file(*MIXTRAL_SAMPLE), require_shared_file(
+            *DEEPSEEK_SAMPLE)
     out = {}
-    reqs, _ = read_routing(MIXTRAL_SAMPLE, duplicates="first")
+    reqs, _ = read_routing(mixtral, duplicates="first")
     out["real_mixtral"] = characterize([r.ids for r in reqs], 8, 2, seed=seed, groups=False)
     out["synth_mixtral"] = characterize(synthetic_mixtral(seed=seed), 8, 2, seed=seed)
-    reqs, _ = read_routing(DEEPSEEK_SAMPLE)
+    reqs, _ = read_routing(deepseek)
     real = characterize([r.ids for r in reqs], 64, 6, seed=seed)
     real["cos_related"] = real["cos_adjacent"]  # adjacent prompt ids: often one conversation
     seqs, tasks, emb = length_matched_deepseek([r.ids.shape[1] for r in reqs], seed)
@@ -156,9 +166,9 @@ def render(m: dict) -> str:
 def main(args) -> int:
     t0 = time.perf_counter()
     try:
-        m = measure(args.seed, args.embed)
+        m = measure(args.seed, args.embed, args.shared_data)
     except FileNotFoundError as exc:
-        print(f"moebench characterize --calibration: error: {exc}")
+        print(f"moebench characterize --calibration: error: {exc}", file=sys.stderr)
         return 2
     md = ("Synthetic routing (labelled synthetic) vs real routing samples; ratio = synthetic / "
           "real, (!) = outside 20%. Within-request statistics over prompts of >= 16 tokens.\n\n"

@@ -171,6 +171,9 @@ def main(argv: list[str]) -> int:
                     help="synthetic generator vs the shared real samples (docs/routing.md)")
     ap.add_argument("--embed", action="store_true",
                     help="with --calibration: measure prompt/activation coupling (MiniLM)")
+    ap.add_argument("--shared-data", metavar="DIR",
+                    help="with --calibration: the shared data folder (default "
+                         "$MOEBENCH_SHARED_DATA, else ../shared/data beside the checkout)")
     args = ap.parse_args(argv)
     if args.calibration:
         from analysis.routing_calibration import main as calibration_main

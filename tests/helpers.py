@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
+from harness.shared_data import ENV_VAR, shared_data_dir, shared_file
 from harness.specs import model_spec_from_dict
 from harness.trace import trace_from_routing
 
@@ -81,3 +83,12 @@ def random_trace(model, n_requests: int, prompt_len: int, output_len: int, seed:
         tr._sha = None
         tr.validate()
     return tr
+
+
+def shared(*parts: str):
+    """Path of a file under the shared data folder ($MOEBENCH_SHARED_DATA or ../shared/data
+    beside the checkout); the calling test skips with the looked-up path when it is absent."""
+    path = shared_file(*parts)
+    if path is None:
+        pytest.skip(f"shared data {shared_data_dir().joinpath(*parts)} is absent (set {ENV_VAR})")
+    return path

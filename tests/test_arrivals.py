@@ -12,12 +12,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import shared
 
 from harness.specs import SpecError
 from workloads import arrivals as arr
 from workloads.arrivals import ArrivalError, make_arrivals, parse_timestamp_ns, read_azure_csv
 
-SHARED = Path(__file__).resolve().parents[2] / "shared" / "data" / "azure_llm_traces"
 HEADER = "TIMESTAMP,ContextTokens,GeneratedTokens\n"
 
 
@@ -216,9 +216,7 @@ def test_download_is_cached_atomically(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("kind,rows,gap_s", [("code", 8819, 0.052), ("conv", 19366, 4.314579)])
 def test_shared_azure_2023_traces(kind, rows, gap_s):
-    path = SHARED / f"AzureLLMInferenceTrace_{kind}.csv"
-    if not path.is_file():
-        pytest.skip(f"{path} not present (shared data)")
+    path = shared("azure_llm_traces", f"AzureLLMInferenceTrace_{kind}.csv")
     t, ctx, gen = read_azure_csv(path)
     assert len(t) == rows  # SOURCES.md
     # first two rows (SOURCES.md / the file head): code 18:17:03.97996 -> 18:17:04.03196,

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import shared
 
 from analysis.characterize import (
     characterize,
@@ -32,7 +33,8 @@ from analysis.characterize import (
 from harness.trace import trace_from_routing
 
 ROOT = Path(__file__).resolve().parents[1]
-MIXTRAL = ROOT.parent / "shared" / "data" / "routing_mixtral_sample" / "routing_raw.jsonl"
+MIXTRAL = ("routing_mixtral_sample", "routing_raw.jsonl")
+DEEPSEEK = ("routing_deepseek_v2_lite_sample", "prefill_routing_prompts_0001_1000.jsonl.gz")
 HAND = np.array([[[0, 1], [0, 2], [3, 2], [0, 1]]])  # [L=1, T=4, k=2]
 
 
@@ -114,11 +116,9 @@ def test_silhouette_by_hand_and_kmeans_finds_blobs():
 
 
 def _mixtral_stats():
-    if not MIXTRAL.exists():
-        pytest.skip(f"{MIXTRAL} not present (shared data)")
     from workloads.importers import read_routing
 
-    reqs, _ = read_routing(MIXTRAL, duplicates="first")
+    reqs, _ = read_routing(shared(*MIXTRAL), duplicates="first")
     return characterize([r.ids for r in reqs], 8, 2, groups=False)
 
 
@@ -144,10 +144,7 @@ def test_synthetic_mixtral_shaped_within_20_percent_of_real():
 def test_synthetic_deepseek_shaped_within_20_percent_of_published():
     """Length-matched (a quarter of the real prompt lengths) against SOURCES.md's published
     figures for the real DeepSeek-V2-Lite sample (prompts of >= 16 tokens)."""
-    path = ROOT.parent / "shared" / "data" / "routing_deepseek_v2_lite_sample" / \
-        "prefill_routing_prompts_0001_1000.jsonl.gz"
-    if not path.exists():
-        pytest.skip(f"{path} not present (shared data)")
+    path = shared(*DEEPSEEK)
     import gzip
     import json
 
@@ -166,10 +163,7 @@ def test_synthetic_deepseek_shaped_within_20_percent_of_published():
 def test_synthetic_deepseek_cross_layer_within_20_percent_of_real():
     """Cross-layer precision (docs/routing.md) on every 4th real DeepSeek-V2-Lite prompt vs
     length-matched synthetic prompts, same number of requests (the fit half's size matters)."""
-    path = ROOT.parent / "shared" / "data" / "routing_deepseek_v2_lite_sample" / \
-        "prefill_routing_prompts_0001_1000.jsonl.gz"
-    if not path.exists():
-        pytest.skip(f"{path} not present (shared data)")
+    path = shared(*DEEPSEEK)
     import gzip
     import json
 

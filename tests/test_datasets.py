@@ -15,13 +15,13 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from helpers import shared
 
 import workloads.datasets as wd
 from workloads.datasets import DataError, SourceUnavailable, load_prompts
 from workloads.datasets.archives import ARCHIVES, Archive, fetch_archive
 from workloads.datasets.hub import offline_reason
 
-SHARED = Path("/work/shared/data")
 # (dataset, staged file, rows, top-level tasks, sha256 prefix): all from SOURCES.md
 STAGED = [
     ("bigbench", "bigbench/bigbench_sample.jsonl", 1974, 165, "667336efd903e9ee"),
@@ -34,10 +34,7 @@ STAGED = [
 
 
 def staged(rel: str) -> Path:
-    path = SHARED / rel
-    if not path.is_file():
-        pytest.skip(f"shared data {path} is absent")
-    return path
+    return shared(*rel.split("/"))
 
 
 @pytest.fixture(autouse=True)

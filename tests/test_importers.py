@@ -9,12 +9,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import shared
 
 from harness.trace import TraceError, read_trace, write_trace
 from workloads.importers import RoutingImportError, main, read_routing, to_trace
 
 ROOT = Path(__file__).resolve().parents[1]
-SHARED = ROOT.parent / "shared" / "data"
 SHAPE = {"num_moe_layers": 2, "num_experts": 4, "top_k": 2}
 # request "a": 3 tokens; layer 0 ids (0,1) (1,2) (2,3), layer 1 ids (3,0) (0,1) (1,2)
 RECORDS = [{"request_id": "a", "layer": lay, "token_pos": t, "experts": [(t + 3 * lay) % 4,
@@ -102,11 +102,9 @@ def test_nested_gzip_layout(tmp_path):
 
 
 def test_shared_samples_import():
-    mixtral = SHARED / "routing_mixtral_sample" / "routing_raw.jsonl"
-    deepseek = SHARED / "routing_deepseek_v2_lite_sample" / \
-        "prefill_routing_prompts_0001_1000.jsonl.gz"
-    if not (mixtral.exists() and deepseek.exists()):
-        pytest.skip("shared routing samples not present")
+    mixtral = shared("routing_mixtral_sample", "routing_raw.jsonl")
+    deepseek = shared("routing_deepseek_v2_lite_sample",
+                      "prefill_routing_prompts_0001_1000.jsonl.gz")
     reqs, _ = read_routing(mixtral, duplicates="first")
     assert len(reqs) == 1 and reqs[0].ids.shape == (32, 135, 2)
     assert (reqs[0].ids < 0).any(axis=2).sum() == 122  # recorded gaps (layer, position)

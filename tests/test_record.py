@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import importlib.util
 import json
-from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import shared
 
 from harness.trace import read_trace, trace_from_routing
 
@@ -29,7 +29,6 @@ from harness.record import (  # noqa: E402
     run_request,
 )
 
-SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
 FAST = dict(model="tiny:mixtral", num_prompts=2, max_prompt_tokens=12, output_len=3,
             embed=False)
 
@@ -135,9 +134,7 @@ def test_record_random_weights_labelled_and_deterministic(tmp_path):
 
 
 def test_reuse_of_the_real_mixtral_sample():
-    path = SHARED / "routing_mixtral_sample" / "routing_raw.jsonl"
-    if not path.exists():
-        pytest.skip(f"{path} absent (shared data not mounted)")
+    path = shared("routing_mixtral_sample", "routing_raw.jsonl")
     # Some positions are missing at some layers (SOURCES.md: decode steps were logged over
     # position 0), so every run of consecutive positions at one layer becomes a one-layer
     # request of its own; reuse then counts exactly the consecutive pairs.

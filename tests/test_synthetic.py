@@ -19,6 +19,7 @@ import yaml
 
 from analysis.characterize import characterize as routing_stats
 from analysis.characterize import cross_layer, request_sequences
+from harness.shared_data import shared_file
 from harness.specs import model_spec_from_dict
 from harness.trace import read_trace, write_trace
 from workloads.synthetic import SyntheticConfig, generate_trace
@@ -235,8 +236,8 @@ def test_report_against_real_deepseek_sample(dsv2):
     for prompt_len in (36, 128):  # the real sample's median and mean prompt lengths
         cfg = SyntheticConfig(num_requests=64, prompt_len=prompt_len, output_len=1)
         gen.append(prompt_stats(request_sequences(generate_trace(dsv2, cfg)), 64, 6))
-    path = ROOT.parent / "shared" / "data" / REAL_SAMPLE
-    live = _real_prompt_stats(path) if path.exists() else []
+    path = shared_file(*REAL_SAMPLE.split("/"))
+    live = _real_prompt_stats(path) if path is not None else []
     print("\nstatistic     synth P=36  real 16-47 tok  synth P=128  real 96-159 tok  "
           "real published (all, median 36 tok)")
     for key, (pub, short, mid) in REAL.items():

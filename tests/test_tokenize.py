@@ -7,13 +7,13 @@ import json
 from pathlib import Path
 
 import pytest
+from helpers import shared
 
 from workloads import tokenize as wt
 from workloads.tokenize import ShapedLength, get_tokenizer, shape_prompts
 
 pytest.importorskip("tokenizers", reason="workloads/tokenize.py needs the tokenizers package")
 
-SHARED_MMLU = Path("/work/shared/data/mmlu/mmlu_test_sample.jsonl")
 
 
 @pytest.fixture(autouse=True)
@@ -94,9 +94,8 @@ def test_shape_prompts_truncates_and_optionally_pads():
 
 def test_mmlu_prompt_lengths_with_fallback():
     needs_fallback()
-    if not SHARED_MMLU.is_file():
-        pytest.skip(f"shared data {SHARED_MMLU} is absent")
-    texts = [json.loads(line)["prompt"] for line in SHARED_MMLU.open()][:300]
+    path = shared("mmlu", "mmlu_test_sample.jsonl")
+    texts = [json.loads(line)["prompt"] for line in path.open()][:300]
     counts = get_tokenizer().count(texts)
     # WordPiece splits every whitespace-separated word into at least one token
     assert len(counts) == 300 and all(c >= len(t.split()) for c, t in zip(counts, texts))
