@@ -11,11 +11,8 @@ rows block_offsets[b]:block_offsets[b+1] of the per-token arrays (one row per to
 from __future__ import annotations
 
 import hashlib
-import io
 import json
 import os
-import zipfile
-import zlib
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -23,7 +20,7 @@ import numpy as np
 FORMAT_NAME = "moe-offload-bench-trace"
 FORMAT_VERSION = "1.0"
 OPTIONAL_FIELDS = ("weights", "probs", "spec_topk", "embeddings", "prompts")
-_ARRAYS = ("prompt_len", "output_len", "arrival_ms", "step_offsets", "block_offsets", "topk",
+ARRAY_FIELDS = ("prompt_len", "output_len", "arrival_ms", "step_offsets", "block_offsets", "topk",
            "weights", "probs", "spec_topk", "embeddings", "has_embedding")
 
 
@@ -109,7 +106,7 @@ class Trace:
         if self._sha is None:
             h = hashlib.sha256()
             h.update(_canonical_json(self._header(with_sha=False)).encode())
-            for name in _ARRAYS:
+            for name in ARRAY_FIELDS:
                 arr = getattr(self, name)
                 if arr is not None:
                     arr = np.ascontiguousarray(arr)
@@ -159,9 +156,14 @@ def validate(tr: Trace) -> None:
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
             raise _fail(tr, f"field 'meta.{key}': expected a positive integer, got {value!r}")
     stacks = tr.meta.get("moe_layer_stacks")
-    if not isinstance(stacks, (list, tuple)) or not set(stacks) <= {"encoder", "decoder"}:
+    if not isinstance(stacks, (list, tuple)) or not all(s in ("encoder", "decoder")
+                                                        for s in stacks):
         raise _fail(tr, "field 'meta.moe_layer_stacks': expected a list of 'encoder'/'decoder'")
     meta, L, E, k = tr.meta, tr.num_layers, tr.num_experts, tr.top_k
+    for key, kind in _META_TYPES:
+        if meta.get(key) is not None and not isinstance(meta[key], kind):
+            raise _fail(tr, f"field 'meta.{key}': expected a {kind.__name__}, got {meta[key]!r}")
+    _check_types(tr)
     R = len(tr.request_ids)
     for name in ("datasets", "tasks"):
         if len(getattr(tr, name)) != R:
@@ -226,10 +228,42 @@ def validate(tr: Trace) -> None:
             raise _fail(tr, f"field 'embeddings': shape {tr.embeddings.shape}, expected ({R}, D)")
         if tr.has_embedding is None or tr.has_embedding.shape != (R,):
             raise _fail(tr, "field 'has_embedding': required with embeddings, shape (R,)")
+        bad = np.flatnonzero(~np.isfinite(tr.embeddings).all(axis=1))
+        if bad.size:  # NaN would silently change every cosine that fmoe matches with
+            raise _fail(tr, "field 'embeddings': values must be finite", int(bad[0]))
         if not meta.get("embedder"):
             raise _fail(tr, "field 'meta.embedder': required when embeddings are present")
     if tr.prompts is not None and len(tr.prompts) != R:
         raise _fail(tr, f"field 'prompts': {len(tr.prompts)} entries for {R} requests")
+
+
+# Optional meta keys that readers interpret, with their JSON type (None is "not given").
+_META_TYPES = (("synthetic", bool), ("routing_source", str), ("embedder", str))
+# dtype kinds per array (topk and spec_topk: _check_ids); names of the kinds for messages
+_DTYPES = (("prompt_len", "iu"), ("output_len", "iu"), ("arrival_ms", "fiu"),
+           ("step_offsets", "iu"), ("block_offsets", "iu"), ("weights", "f"), ("probs", "f"),
+           ("embeddings", "f"), ("has_embedding", "b"))
+_KIND_NAMES = {"iu": "integers", "fiu": "numbers", "f": "floats", "b": "bools"}
+
+
+def _check_types(tr: Trace) -> None:
+    """Element types of the request table and dtypes of the arrays."""
+    for name in ("request_ids", "datasets", "tasks", "prompts"):
+        col = getattr(tr, name)
+        if col is None and name == "prompts":
+            continue
+        if not isinstance(col, (list, tuple)):
+            raise _fail(tr, f"field '{name}': expected a list, got {type(col).__name__}")
+        bad = next((i for i, x in enumerate(col) if not isinstance(x, str)
+                    and not (x is None and name == "prompts")), None)
+        if bad is not None:
+            raise _fail(tr, f"field '{name}': entry {bad} is {col[bad]!r}, expected a string"
+                            + (" or null" if name == "prompts" else ""))
+    for name, kinds in _DTYPES:
+        arr = getattr(tr, name)
+        if arr is not None and (not isinstance(arr, np.ndarray) or arr.dtype.kind not in kinds):
+            raise _fail(tr, f"field '{name}': dtype {getattr(arr, 'dtype', type(arr).__name__)}, "
+                            f"expected {_KIND_NAMES[kinds]}")
 
 
 def _expected_counts(tr: Trace, S: int) -> np.ndarray:
@@ -300,7 +334,7 @@ def write_trace(tr: Trace, path: str | os.PathLike) -> str:
     """Write atomically (temp file + rename); returns the content sha256."""
     tr.validate()
     tr._sha = None  # arrays may have been edited since the checksum was last computed
-    arrays = {name: getattr(tr, name) for name in _ARRAYS if getattr(tr, name) is not None}
+    arrays = {name: getattr(tr, name) for name in ARRAY_FIELDS if getattr(tr, name) is not None}
     header = _canonical_json(tr._header(with_sha=True)).encode()
     arrays["header_json"] = np.frombuffer(header, dtype=np.uint8)
     path = os.fspath(path)
@@ -316,46 +350,8 @@ def write_trace(tr: Trace, path: str | os.PathLike) -> str:
 
 
 def read_trace(path: str | os.PathLike) -> Trace:
-    """Read, check version and checksum, validate. Errors name the file."""
-    path = os.fspath(path)
-    name = os.path.basename(path)
-    try:
-        with open(path, "rb") as fh:
-            raw = fh.read()
-        npz = np.load(io.BytesIO(raw), allow_pickle=False)
-        arrays = {key: npz[key] for key in npz.files}
-    except (OSError, ValueError, zipfile.BadZipFile, EOFError, zlib.error,
-            NotImplementedError) as exc:  # zipfile raises the last two on corrupt headers
-        raise TraceError(f"{name}: not a readable trace file ({exc})") from exc
-    if "header_json" not in arrays:
-        raise TraceError(f"{name}: field 'header_json' missing; not a trace v1 file")
-    try:
-        head = json.loads(arrays.pop("header_json").tobytes().decode())
-        meta, reqs = head["meta"], head["requests"]
-    except (ValueError, KeyError, UnicodeDecodeError) as exc:
-        raise TraceError(f"{name}: field 'header_json' is not valid ({exc})") from exc
-    if meta.get("format") != FORMAT_NAME:
-        raise TraceError(f"{name}: field 'meta.format' is {meta.get('format')!r}, "
-                         f"expected {FORMAT_NAME!r}")
-    major = str(meta.get("version", "")).split(".")[0]
-    if major != FORMAT_VERSION.split(".")[0]:
-        raise TraceError(f"{name}: field 'meta.version' {meta.get('version')!r} has an unknown "
-                         f"major version (this reader supports {FORMAT_VERSION})")
-    required = ("prompt_len", "output_len", "arrival_ms", "step_offsets", "block_offsets", "topk")
-    for key in required:
-        if key not in arrays:
-            raise TraceError(f"{name}: field '{key}' missing")
-    stored_sha = meta.get("content_sha256")
-    try:
-        tr = Trace(meta=meta, request_ids=list(reqs["id"]), datasets=list(reqs["dataset"]),
-                   tasks=list(reqs["task"]), prompts=reqs.get("prompt"), source=name,
-                   **{key: arrays.get(key) for key in _ARRAYS})
-    except KeyError as exc:
-        raise TraceError(f"{name}: field 'requests.{exc.args[0]}' missing") from exc
-    except TypeError as exc:
-        raise TraceError(f"{name}: field 'requests' is not a table of lists ({exc})") from exc
-    tr.validate()
-    if stored_sha != tr.content_sha256():
-        raise TraceError(f"{name}: field 'meta.content_sha256' does not match the content "
-                         "(file corrupted or edited)")
-    return tr
+    """Read, check version and checksum, validate (harness/trace_file.py: bounded sizes,
+    known members only, header types). Errors name the file."""
+    from harness.trace_file import read_trace_file  # it builds on this module's Trace
+
+    return read_trace_file(path)

@@ -9,8 +9,30 @@ a system only answers.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 
 import numpy as np
+
+from harness import checks
+
+# Stored EAMs / expert maps: 100x the papers' 1000. The matchers keep L * E floats per entry
+# (several arrays for fmoe), so more would need gigabytes before the first request.
+HISTORY_CAP = 100_000
+
+
+class KnobError(ValueError):
+    """A system's constructor argument has the wrong type or is out of range. The message
+    starts with the knob's name (the runner reports it as `system.<message>`), e.g.
+    `slots_per_layer: must be an integer >= 1 or null (auto), got 0`."""
+
+
+# The strict checks of harness/checks.py, raising KnobError: systems check every constructor
+# argument in __init__ (type, static range) and the ranges that depend on the model or the
+# budget in bind(ctx).
+int_knob = partial(checks.integer, error=KnobError)
+float_knob = partial(checks.number, error=KnobError)
+bool_knob = partial(checks.boolean, error=KnobError)
+numbers_knob = partial(checks.numbers, error=KnobError)
 
 
 @dataclass(frozen=True)
@@ -110,6 +132,7 @@ class System:
     name = "base"
     label = ""  # who the system stands for, shown in tables
     oracle = False  # True: receives the full trace (future routing) in bind()
+    needs_all_experts = False  # True: the runner writes status "oom" unless every expert fits
     uses_fields: tuple[str, ...] = ()  # optional trace fields read; fallbacks in docs/systems.md
 
     def bind(self, ctx: SystemContext) -> None:

@@ -25,8 +25,8 @@ from collections import OrderedDict
 import numpy as np
 
 from harness.blocks import block_expert_counts
-from systems.base import System
-from systems.predictor import NextLayerPredictor
+from systems.base import KnobError, System, bool_knob, float_knob, int_knob
+from systems.predictor import NextLayerPredictor, check_predictor_knobs
 
 MEDIUM, HIGH = 1, 2
 
@@ -40,11 +40,10 @@ def split_slots(capacity: int, layers: int, experts: int, low_reserve: int,
             per_layer = (capacity - 1) // layers
     per_layer = max(0, min(per_layer, experts))
     if per_layer * layers > capacity or (per_layer < experts and per_layer * layers == capacity):
-        raise ValueError(f"diff_moe: {per_layer} slots per layer x {layers} layers leaves no "
-                         f"low-priority slot in a cache of {capacity} experts")
-    high = round(per_layer / 3) if high is None else high
-    if not 0 <= high <= per_layer:
-        raise ValueError(f"diff_moe: high_slots={high} must be in [0, {per_layer}]")
+        raise KnobError(f"slots_per_layer: {per_layer} slots per layer x {layers} layers leaves "
+                        f"no low-priority slot in a cache of {capacity} experts")
+    high = round(per_layer / 3) if high is None else int_knob(
+        high, "high_slots", lo=0, hi=per_layer, note=f"{per_layer} slots per layer")
     return per_layer, high, capacity - per_layer * layers
 
 
@@ -58,22 +57,24 @@ class DiffMoE(System):
                  predictor: bool = True, recency_grid=(0.0, 0.25, 0.5, 0.75),
                  holdout_fraction: float = 0.2, train_prefill_stride: int = 8,
                  smoothing: float = 1.0):
+        int_knob(slots_per_layer, "slots_per_layer", lo=1, null="auto")
+        int_knob(high_slots, "high_slots", lo=0, null="round(slots_per_layer / 3)")
+        int_knob(low_slots, "low_slots", lo=1, null="2 * min(E, max_batch * top_k)")
+        self.max_val = float_knob(max_val, "max_val", lo=0.0)
+        self.threshold = float_knob(threshold, "threshold")
+        self.dec_in = float_knob(dec_in, "dec_in", lo=0.0)
+        self.dec_out = float_knob(dec_out, "dec_out", lo=0.0)
+        self.min_val = float_knob(min_val, "min_val", hi=self.max_val, null="no floor",
+                                  note="the floor cannot be above max_val")
+        self.use_predictor = bool_knob(predictor, "predictor")
+        grid, _, _, _ = check_predictor_knobs(recency_grid, holdout_fraction,
+                                              train_prefill_stride, smoothing)
         self.cfg = {"slots_per_layer": slots_per_layer, "high_slots": high_slots,
                     "low_slots": low_slots, "max_val": max_val, "threshold": threshold,
                     "dec_in": dec_in, "dec_out": dec_out, "min_val": min_val,
-                    "predictor": predictor, "recency_grid": list(recency_grid),
+                    "predictor": predictor, "recency_grid": list(grid),
                     "holdout_fraction": holdout_fraction,
                     "train_prefill_stride": train_prefill_stride, "smoothing": smoothing}
-        for key in ("max_val", "dec_in", "dec_out"):
-            if not self.cfg[key] >= 0:  # also rejects NaN
-                raise ValueError(f"diff_moe: {key} must be >= 0, got {self.cfg[key]!r}")
-        for key in ("slots_per_layer", "high_slots", "low_slots"):
-            if self.cfg[key] is not None and self.cfg[key] < 0:
-                raise ValueError(f"diff_moe: {key} must be >= 0 or null, got {self.cfg[key]!r}")
-        self.max_val, self.threshold = float(max_val), float(threshold)
-        self.dec_in, self.dec_out = float(dec_in), float(dec_out)
-        self.min_val = None if min_val is None else float(min_val)
-        self.use_predictor = predictor
         self.pred: NextLayerPredictor | None = None
         self.profiled = False
 
@@ -81,7 +82,11 @@ class DiffMoE(System):
     def bind(self, ctx):
         super().bind(ctx)
         L, E = ctx.num_layers, ctx.num_experts
-        low = self.cfg["low_slots"]
+        low = int_knob(self.cfg["low_slots"], "low_slots", lo=1, hi=ctx.capacity_slots,
+                       null="2 * min(E, max_batch * top_k)",
+                       note=f"the cache holds {ctx.capacity_slots} experts")
+        int_knob(self.cfg["slots_per_layer"], "slots_per_layer", lo=1, hi=E, null="auto",
+                 note=f"the model has {E} experts per layer")
         # Default reserve: one layer's union of a decode step for the running layer, as many
         # again for the next layer's prefetches.
         low = 2 * min(E, ctx.max_batch * ctx.top_k) if low is None else low

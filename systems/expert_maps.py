@@ -3,13 +3,22 @@ de-duplication, semantic and incremental trajectory matching, and the delta rule
 
 Kept apart from the policy so the matching can be timed and tested on its own
 (`ExpertMapStore.match`). numpy only.
+
+Portable (docs/trace-format.md, "Portable determinism"): maps, queries and unit vectors are
+float64 on the grid of multiples of 2**-24 (float16 probabilities already are), so every
+product of two is a multiple of 2**-48 and every BLAS dot product of probability rows
+(each summing to about 1) or unit vectors is exact: the same cosines, so the same matches,
+with any BLAS kernel. Sums over layers and the rest are elementwise, in a fixed order.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from harness.numerics import on_grid
+
 PREFILL, DECODE = 0, 1
+GRID_BITS = 24  # maps, queries and unit vectors: multiples of 2**-24
 
 
 def select_experts(row: np.ndarray, score: float, top_k: int) -> np.ndarray:
@@ -23,8 +32,11 @@ def select_experts(row: np.ndarray, score: float, top_k: int) -> np.ndarray:
 
 
 def unit(v: np.ndarray) -> np.ndarray:
-    n = np.linalg.norm(v, axis=-1, keepdims=True)
-    return (v / np.where(n > 0, n, 1.0)).astype(np.float32)
+    """Rows of v [..., D] scaled to unit norm (zero rows stay zero), on the 2**-24 grid,
+    float64: dot products of two such rows are exact."""
+    v = np.asarray(v, np.float64)
+    n = np.sqrt(np.square(v).sum(axis=-1, keepdims=True))
+    return on_grid(v / np.where(n > 0, n, 1.0), GRID_BITS)
 
 
 class TrajectoryState:
@@ -33,7 +45,7 @@ class TrajectoryState:
     __slots__ = ("dots", "query_sq", "kind")
 
     def __init__(self, n: int, kind: int):
-        self.dots = np.zeros(n, np.float32)  # [n] sum over seen layers of stored . query
+        self.dots = np.zeros(n)  # [n] sum over seen layers of stored . query
         self.query_sq = 0.0
         self.kind = kind
 
@@ -50,7 +62,7 @@ class ExpertMapStore:
         self.w_sem = distance / num_layers  # RDY weight of the semantic term
         self.active = active or {PREFILL: list(range(num_layers)),
                                  DECODE: list(range(num_layers))}
-        self.maps = np.zeros((num_layers, capacity, num_experts), np.float32)  # layer-major
+        self.maps = np.zeros((num_layers, capacity, num_experts))  # layer-major, on the grid
         # Per row and layer, for the delta rule: ids by probability (descending, ties lowest
         # id) and the running sum of those probabilities.
         self.order = np.zeros((num_layers, capacity, num_experts), np.int32)
@@ -58,7 +70,7 @@ class ExpertMapStore:
         # 1 / |stored prefix| over the first i+1 active layers of each kind: [kind][i, row]
         self.inv_prefix = {k: np.zeros((len(v), capacity), np.float32)
                            for k, v in self.active.items()}
-        self.flat = np.zeros((capacity, num_layers * num_experts), np.float32)  # unit maps
+        self.flat = np.zeros((capacity, num_layers * num_experts))  # unit maps (unit())
         self.emb: np.ndarray | None = None  # [capacity, D] unit rows; zero when absent
         self.has_emb = np.zeros(capacity, bool)
         self.kind = np.zeros(capacity, np.int8)
@@ -70,14 +82,14 @@ class ExpertMapStore:
         """Insert maps [B, L, E] in order; embs [B, D] (rows where has_emb is False ignored)."""
         if embs is not None:
             if self.emb is None:
-                self.emb = np.zeros((self.capacity, embs.shape[1]), np.float32)
+                self.emb = np.zeros((self.capacity, embs.shape[1]))
             elif embs.shape[1] != self.emb.shape[1]:
                 raise ValueError(f"fmoe: embedding dimension {embs.shape[1]} differs from the "
                                  f"store's {self.emb.shape[1]} (field 'embeddings')")
         for c0 in range(0, len(maps), chunk):
             sl = slice(c0, c0 + chunk)
             e = None if embs is None else embs[sl]
-            self._add_chunk(np.asarray(maps[sl], np.float32), e, has_emb[sl], kinds[sl])
+            self._add_chunk(on_grid(maps[sl], GRID_BITS), e, has_emb[sl], kinds[sl])
 
     def _add_chunk(self, maps, embs, has, kinds) -> None:
         # Similarities to the store as it was (one GEMM) and among the chunk; a row replaced
@@ -85,7 +97,7 @@ class ExpertMapStore:
         B, n0 = len(maps), self.n
         order, mass, inv_prefix = self._derived(maps)
         flat = unit(maps.reshape(B, -1))
-        emb = np.zeros((B, 1), np.float32) if embs is None else unit(
+        emb = np.zeros((B, 1)) if embs is None else unit(
             np.where(has[:, None], embs.astype(np.float32), 0))
         t_old = flat @ self.flat[:n0].T  # [B, n0]
         t_new = flat @ flat.T  # [B, B]
@@ -119,7 +131,7 @@ class ExpertMapStore:
         """Per map of a chunk [B, L, E]: id order, running mass, inverse prefix norms."""
         order = np.argsort(-maps, axis=2, kind="stable")
         mass = np.cumsum(np.take_along_axis(maps, order, 2), axis=2, dtype=np.float64)
-        sq = np.einsum("ble,ble->bl", maps, maps, dtype=np.float64)  # [B, L]
+        sq = np.square(maps).sum(axis=2)  # [B, L]
         inv = {}
         for kind, layers in self.active.items():
             norm = np.sqrt(np.cumsum(sq[:, layers], axis=1))  # [B, len(layers)]
@@ -150,7 +162,7 @@ class ExpertMapStore:
         ok = self.has_emb[:n]
         if same_kind and (ok & (self.kind[:n] == kind)).any():
             ok = ok & (self.kind[:n] == kind)
-        sims = np.where(ok, self.emb[:n] @ emb, -np.inf)
+        sims = np.where(ok, self.emb[:n] @ on_grid(emb, GRID_BITS), -np.inf)
         idx = int(np.argmax(sims))
         return idx, float(sims[idx])
 
@@ -158,6 +170,7 @@ class ExpertMapStore:
         """Add the query's probabilities q [E] at active layer number `pos` of its kind (layers
         skipped count as zero rows); returns (map index, cosine over the prefix)."""
         n = len(state.dots)
+        q = on_grid(q, GRID_BITS)
         state.dots += self.maps[self.active[state.kind][pos], :n] @ q
         state.query_sq += float(q @ q)
         # The query's norm is common to every map, so the argmax needs only the stored one.

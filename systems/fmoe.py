@@ -20,7 +20,7 @@ from __future__ import annotations
 import numpy as np
 
 from harness.blocks import block_expert_counts
-from systems.base import System
+from systems.base import HISTORY_CAP, System, bool_knob, float_knob, int_knob
 from systems.expert_maps import (
     DECODE,
     PREFILL,
@@ -53,12 +53,12 @@ class FMoE(System):
     def __init__(self, prefetch_distance: int = 3, store_capacity: int = 1000,
                  match_us_per_map: float = 0.05, online_update: bool = True,
                  semantic_same_kind: bool = True, protect_prefetched: bool = True):
-        if prefetch_distance < 1 or store_capacity < 1 or match_us_per_map < 0:
-            raise ValueError("fmoe: prefetch_distance and store_capacity must be >= 1 and "
-                             "match_us_per_map >= 0")
-        self.d, self.capacity = int(prefetch_distance), int(store_capacity)
-        self.match_us_per_map, self.online_update = float(match_us_per_map), online_update
-        self.semantic_same_kind, self.protect_prefetched = semantic_same_kind, protect_prefetched
+        self.d = int_knob(prefetch_distance, "prefetch_distance", lo=1)
+        self.capacity = int_knob(store_capacity, "store_capacity", lo=1, hi=HISTORY_CAP)
+        self.match_us_per_map = float_knob(match_us_per_map, "match_us_per_map", lo=0.0)
+        self.online_update = bool_knob(online_update, "online_update")
+        self.semantic_same_kind = bool_knob(semantic_same_kind, "semantic_same_kind")
+        self.protect_prefetched = bool_knob(protect_prefetched, "protect_prefetched")
 
     def bind(self, ctx):
         super().bind(ctx)

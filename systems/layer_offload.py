@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 
-from systems.base import System
+from systems.base import System, int_knob
 
 
 class LayerOffload(System):
@@ -18,7 +18,8 @@ class LayerOffload(System):
     label = "DeepSpeed ZeRO-Inference style (whole layers streamed, routing ignored)"
 
     def __init__(self, stream_buffer_layers: int = 2):
-        self.stream_buffer_layers = stream_buffer_layers
+        # 0 leaves no room to stream a layer once the resident ones fill the cache
+        self.stream_buffer_layers = int_knob(stream_buffer_layers, "stream_buffer_layers", lo=1)
 
     def bind(self, ctx):
         super().bind(ctx)

@@ -2,17 +2,17 @@
 `slots_per_layer` experts plus speculative prefetch of the next layer's experts, guessed by
 applying the next layer's router to this layer's hidden state (trace field `spec_topk`).
 
-slots_per_layer = floor(cache slots / MoE layers) unless set. Without `spec_topk` in the
-trace the system runs without speculative prefetch (LRU only) and the result lists the field
-as missing. Guesses are ordered by how many tokens voted for them and capped at the slots of
-the next layer, since more would evict each other.
+slots_per_layer = floor(cache slots / MoE layers) (at most E) unless set; a set value must be
+in [1, E]. Without `spec_topk` in the trace the system runs without speculative prefetch (LRU
+only) and the result lists the field as missing. Guesses are ordered by how many tokens voted
+for them and capped at the slots of the next layer, since more would evict each other.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
 
-from systems.base import System
+from systems.base import System, bool_knob, int_knob
 
 
 class LRU(System):
@@ -21,16 +21,22 @@ class LRU(System):
     uses_fields = ("spec_topk",)
 
     def __init__(self, slots_per_layer: int | None = None, speculative: bool = True):
-        self.slots_per_layer_cfg = slots_per_layer
-        self.speculative = speculative
+        self.slots_per_layer_cfg = int_knob(slots_per_layer, "slots_per_layer", lo=1,
+                                            null="auto")
+        self.speculative = bool_knob(speculative, "speculative")
 
     def bind(self, ctx):
         super().bind(ctx)
-        slots = self.slots_per_layer_cfg or ctx.capacity_slots // ctx.num_layers
-        if slots < 1:
-            raise ValueError(f"lru: the cache ({ctx.capacity_slots} experts) cannot hold one "
-                             f"expert per layer ({ctx.num_layers} layers)")
-        self.slots_per_layer = min(slots, ctx.num_experts)
+        if self.slots_per_layer_cfg is None:  # auto: the budget's share, at most a layer
+            slots = ctx.capacity_slots // ctx.num_layers
+            if slots < 1:
+                raise ValueError(f"lru: the cache ({ctx.capacity_slots} experts) cannot hold "
+                                 f"one expert per layer ({ctx.num_layers} layers)")
+            self.slots_per_layer = min(slots, ctx.num_experts)
+        else:  # more slots than a layer has experts is a config mistake, not a clamp
+            self.slots_per_layer = int_knob(
+                self.slots_per_layer_cfg, "slots_per_layer", lo=1, hi=ctx.num_experts,
+                null="auto", note=f"the model has {ctx.num_experts} experts per layer")
         self.layers = [OrderedDict() for _ in range(ctx.num_layers)]  # key -> None, LRU first
         self.proposal: list[int] | None = None
         self.use_spec = self.speculative and "spec_topk" in ctx.trace_fields

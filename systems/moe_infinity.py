@@ -24,30 +24,32 @@ import math
 import numpy as np
 
 from harness.blocks import block_expert_counts
-from systems.base import System
+from systems.base import HISTORY_CAP, System, bool_knob, float_knob, int_knob
 
 
 class EAMC:
     """Expert activation matrix collection: up to `capacity` EAMs [L, E] with prefix norms.
 
     Stored layer-major, `cols` [L*E, capacity] (one column per EAM), so that matching one layer's
-    k routed experts reads k contiguous rows."""
+    k routed experts reads k contiguous rows. float64 holding integer token counts: every dot
+    product of counts is exact (its sums stay far below 2**53), so the BLAS kernel's summation
+    order cannot change a match (docs/trace-format.md, "Portable determinism")."""
 
     def __init__(self, capacity: int, num_layers: int, num_experts: int):
         if capacity < 1:
             raise ValueError(f"moe_infinity: eamc_capacity must be >= 1, got {capacity}")
         self.capacity, self.L, self.E = capacity, num_layers, num_experts
-        self.cols = np.zeros((num_layers * num_experts, capacity), dtype=np.float32)
+        self.cols = np.zeros((num_layers * num_experts, capacity))
         self.prefix = np.zeros((num_layers, capacity))  # [l, slot]: sum of squares, layers 0..l
-        # [l, slot]: 1 / sqrt(prefix) (0 for an empty prefix), float32 like the dot products
-        self.inv_norm = np.zeros((num_layers, capacity), dtype=np.float32)
+        # [l, slot]: 1 / sqrt(prefix) (0 for an empty prefix)
+        self.inv_norm = np.zeros((num_layers, capacity))
         self.n = 0
         self.replaced = 0
         self.version = 0  # bumped on every insert: cached dot products are then stale
 
     def insert(self, eam: np.ndarray) -> int:
         """Store an EAM [L, E]; when full, overwrite the most similar entry. Returns its slot."""
-        eam = np.asarray(eam, dtype=np.float32)
+        eam = np.asarray(eam, dtype=np.float64)
         if self.n < self.capacity:
             slot = self.n
             self.n += 1
@@ -69,7 +71,7 @@ class EAMC:
         """Cosine [n] of an EAM (flattened [L*E]) with every entry, over layers 0..upto_layer."""
         lim = self.L - 1 if upto_layer is None else upto_layer
         width = (lim + 1) * self.E
-        q = np.asarray(flat_eam[:width], dtype=np.float32)
+        q = np.asarray(flat_eam[:width], dtype=np.float64)
         dots = q @ self.cols[:width, :self.n]
         return _cos(dots, float(np.dot(q, q)), self.prefix[lim, :self.n])
 
@@ -109,7 +111,7 @@ class _Active:
     def __init__(self, num_keys: int, n_slots: int):
         self.eam = np.zeros(num_keys)  # flattened [L*E] token counts
         self.own = np.zeros(num_keys)  # the same, row-normalised per layer
-        self.dots = np.zeros(n_slots, dtype=np.float32)
+        self.dots = np.zeros(n_slots)  # exact: integer counts (see EAMC)
         self.norm2 = 0.0
         self.version = -1
         self.best = -1  # matched slot, -1 before the first match
@@ -122,13 +124,10 @@ class MoEInfinity(System):
 
     def __init__(self, eamc_capacity: int = 1000, max_proposal: int = 8,
                  learn_online: bool = True, own_weight: float = 0.5):
-        if not 0.0 <= own_weight <= 1.0:
-            raise ValueError(f"moe_infinity: own_weight must be in [0, 1], got {own_weight}")
-        self.own_weight = own_weight
-        if max_proposal < 0:
-            raise ValueError(f"moe_infinity: max_proposal must be >= 0, got {max_proposal}")
-        self.capacity, self.max_proposal = eamc_capacity, max_proposal
-        self.learn_online = learn_online
+        self.own_weight = float_knob(own_weight, "own_weight", lo=0.0, hi=1.0)
+        self.capacity = int_knob(eamc_capacity, "eamc_capacity", lo=1, hi=HISTORY_CAP)
+        self.max_proposal = int_knob(max_proposal, "max_proposal", lo=0)  # 0: no prefetch
+        self.learn_online = bool_knob(learn_online, "learn_online")
         self.eamc: EAMC | None = None
         self.matches, self.best_cos_sum = 0, 0.0
 
@@ -164,7 +163,7 @@ class MoEInfinity(System):
     def _refresh(self, st: _Active) -> None:
         """Recompute dot products after the collection changed."""
         c = self.eamc
-        st.dots = st.eam.astype(np.float32) @ c.cols  # [capacity]; unused slots give 0
+        st.dots = st.eam @ c.cols  # [capacity]; unused slots give 0
         st.version = c.version
 
     def _observe(self, st: _Active, layer: int, ids: list[int], counts: list[int],
@@ -192,7 +191,7 @@ class MoEInfinity(System):
         (k rows of the layer-major store), then the best cosine over layers 0..lim. Unused
         slots are all-zero columns with inverse norm 0, so they never win."""
         c = self.eamc
-        st.dots += np.asarray(counts, dtype=np.float32) @ c.cols.take(keys, axis=0)  # [cap]
+        st.dots += np.asarray(counts, dtype=np.float64) @ c.cols.take(keys, axis=0)  # [cap]
         # cosine = dots / (|query| |entry prefix|); |query| is the same for every entry
         scaled = st.dots * c.inv_norm[lim]
         st.best = int(scaled.argmax())
@@ -226,9 +225,13 @@ class MoEInfinity(System):
             floor = float(self.score[self.resident].min())
         prio[self.resident | (self.score <= floor)] = 0.0
         cand = np.flatnonzero(prio > 0)
-        if len(cand) > self.max_proposal:
-            cand = cand[np.argpartition(-prio[cand], self.max_proposal - 1)[:self.max_proposal]]
-        cand = cand[np.lexsort((cand, -prio[cand]))]
+        m = self.max_proposal
+        if len(cand) > m > 0:
+            # Which of several equal priorities at the cut argpartition keeps depends on
+            # numpy's SIMD sort: keep all ties with the m-th highest, the lexsort picks.
+            kth = np.partition(prio[cand], len(cand) - m)[len(cand) - m]
+            cand = cand[prio[cand] >= kth]
+        cand = cand[np.lexsort((cand, -prio[cand]))][:m]
         self.proposal = cand.tolist()
 
     # ---- engine hooks ---------------------------------------------------------------------

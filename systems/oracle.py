@@ -16,7 +16,7 @@ import heapq
 
 from harness.blocks import BlockIndex
 from harness.schedule import schedule_is_timing_independent, static_schedule
-from systems.base import System
+from systems.base import System, int_knob
 
 _NEVER = 1 << 62
 
@@ -69,7 +69,7 @@ class Oracle(System):
     oracle = True
 
     def __init__(self, lookahead: int = 64):
-        self.lookahead = lookahead
+        self.lookahead = int_knob(lookahead, "lookahead", lo=1)
 
     def bind(self, ctx):
         super().bind(ctx)

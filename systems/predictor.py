@@ -16,36 +16,48 @@ run's max_batch, steps s >= 2, layer pairs (l, l+1) in one stack. The guess is t
 experts by score with m = |U| (= top_k at batch 1); the truth is the step's union at l+1.
 precision = sum |guess & truth| / sum |guess|, recall = sum |guess & truth| / sum |truth|.
 Baseline "same experts": guess = U itself.
+
+Portable (docs/trace-format.md, "Portable determinism"): T is rounded to multiples of 2**-30
+and multiplied only by integer token counts, so every matrix product is exact (its sums
+stay far below 2**23) and the scores do not depend on the BLAS kernel; the division by the
+token total comes after, elementwise.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from harness.numerics import on_grid
+from systems.base import float_knob, int_knob, numbers_knob
+
+T_GRID_BITS = 30  # transition probabilities: multiples of 2**-30
+
+
+def check_predictor_knobs(recency_grid, holdout_fraction, prefill_stride, smoothing):
+    """The predictor's knobs as diff_moe names them, checked (KnobError) and normalised:
+    (recency_grid tuple, holdout_fraction, prefill_stride, smoothing)."""
+    grid = tuple(numbers_knob(recency_grid, "recency_grid", lo=0.0, hi=1.0))
+    holdout = float_knob(holdout_fraction, "holdout_fraction", lo=0.0, hi=1.0, lo_open=True,
+                         hi_open=True)
+    stride = int_knob(prefill_stride, "train_prefill_stride", lo=1)
+    # 0 would divide by zero for experts never seen in calibration
+    alpha = float_knob(smoothing, "smoothing", lo=0.0, lo_open=True)
+    return grid, holdout, stride, alpha
+
 
 class NextLayerPredictor:
     def __init__(self, num_layers: int, num_experts: int, top_k: int, stacks: tuple[str, ...],
                  recency_grid=(0.0, 0.25, 0.5, 0.75), holdout_fraction: float = 0.2,
                  prefill_stride: int = 8, smoothing: float = 1.0):
-        if not 0.0 < holdout_fraction < 1.0:
-            raise ValueError(f"diff_moe: holdout_fraction must be in (0, 1), got "
-                             f"{holdout_fraction}")
-        if prefill_stride < 1:
-            raise ValueError(f"diff_moe: train_prefill_stride must be >= 1, got {prefill_stride}")
-        if not smoothing > 0:  # also rejects NaN; 0 would divide by zero for unseen experts
-            raise ValueError(f"diff_moe: smoothing must be > 0, got {smoothing!r}")
-        if not recency_grid or any(not 0.0 <= b <= 1.0 for b in recency_grid):
-            raise ValueError(f"diff_moe: recency_grid values must be in [0, 1], got "
-                             f"{list(recency_grid)}")
+        self.grid, self.holdout, self.stride, self.alpha = check_predictor_knobs(
+            recency_grid, holdout_fraction, prefill_stride, smoothing)
         self.L, self.E, self.k = num_layers, num_experts, top_k
         # predicting l+1 from l is only meaningful when the same token passes through both
         self.linked = [i + 1 < num_layers and stacks[i + 1] == stacks[i]
                        for i in range(num_layers)]
-        self.grid = tuple(float(b) for b in recency_grid)
-        self.holdout, self.stride, self.alpha = holdout_fraction, prefill_stride, smoothing
-        self.T = np.full((num_layers, num_experts, num_experts), 1.0 / num_experts)
+        self.T = on_grid(np.full((num_layers, num_experts, num_experts), 1.0 / num_experts),
+                         T_GRID_BITS)
         self.beta = 0.0
-        self.Tb: np.ndarray | None = None  # runtime copy of T scaled by (1 - beta) * k
         self.report: dict = {}
 
     # ---- training ---------------------------------------------------------------------------
@@ -72,7 +84,6 @@ class NextLayerPredictor:
         else:
             self.report = {"heldout_requests": 0, "note": "one calibration request: no hold-out"}
         self.T = self._transitions(trace, np.arange(R))
-        self.Tb = None
         return self.report
 
     def _pairs(self, trace, requests, layer):
@@ -108,7 +119,7 @@ class NextLayerPredictor:
             # row i: next-layer choices of tokens that chose i, each token contributing k picks
             T[layer] = (counts / k + self.alpha * prior) / (
                 counts.sum(1, keepdims=True) / k + self.alpha)
-        return T
+        return on_grid(T, T_GRID_BITS)
 
     def _evaluate(self, trace, requests, beta: float, batch: int) -> dict:
         """Precision/recall of the guesses on `requests` decoded in lock-step groups of
@@ -167,12 +178,10 @@ class NextLayerPredictor:
                recent: np.ndarray | None) -> np.ndarray:
         """[E] scores for layer + 1 from this step's union at `layer` (ids `act`, tokens per
         id) and `recency()` of the previous iteration's union at layer + 1 (or None)."""
-        if self.Tb is None:  # (1 - beta) * k * T, so a step is one matrix-vector product
-            self.Tb = (1.0 - self.beta) * self.k * self.T
         n = sum(counts)
-        v = np.zeros(self.E)
-        v.put(act, 1.0 / n if n == len(counts) else np.array(counts, dtype=np.float64) / n)
-        s = v @ self.Tb[layer]  # [E]
+        c = np.zeros(self.E)  # [E] token counts: c @ T is exact
+        c.put(act, 1.0 if n == len(counts) else np.array(counts, dtype=np.float64))
+        s = (c @ self.T[layer]) * ((1.0 - self.beta) * self.k / n)  # [E]
         if recent is not None:
             s += recent
         return s

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -92,3 +94,35 @@ def shared(*parts: str):
     if path is None:
         pytest.skip(f"shared data {shared_data_dir().joinpath(*parts)} is absent (set {ENV_VAR})")
     return path
+
+
+# ---- hand-edited trace files (tests of the reader) -------------------------------------------
+def rewrite_trace(src, dst, edit, compressed: bool = False):
+    """Copy a trace file with numpy, letting `edit(arrays, header)` change it: edit may return
+    a new header (any JSON value) or replace arrays["header_json"] itself. src may be dst."""
+    with np.load(src, allow_pickle=True) as z:
+        arrays = {k: z[k] for k in z.files}
+    stored = arrays["header_json"]
+    head = json.loads(stored.tobytes().decode())
+    head = edit(arrays, head) or head
+    if arrays["header_json"] is stored:  # the edit did not replace the member itself
+        arrays["header_json"] = np.frombuffer(json.dumps(head).encode(), np.uint8)
+    with open(dst, "wb") as fh:  # a file object: numpy adds no .npz suffix
+        (np.savez_compressed if compressed else np.savez)(fh, **arrays)
+    return dst
+
+
+def set_header(dotted: str, value):
+    """An edit for rewrite_trace: header["a"]["b"] = value for dotted "a.b"."""
+    def edit(arrays, head):
+        *parents, last = dotted.split(".")
+        node = head
+        for p in parents:
+            node = node[p]
+        node[last] = value
+    return edit
+
+
+def set_array(name: str, value):
+    """An edit for rewrite_trace: store `value` as the member `name`."""
+    return lambda arrays, head: arrays.__setitem__(name, value)

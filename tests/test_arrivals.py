@@ -7,7 +7,7 @@ the code under test.
 from __future__ import annotations
 
 import urllib.error
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import numpy as np
@@ -80,7 +80,7 @@ def test_bad_config_names_key(spec, key):
 # ---- Azure timestamps --------------------------------------------------------------------
 
 def test_timestamp_2023_format():
-    ref = datetime(2023, 11, 16, 18, 17, 3, 979960, tzinfo=timezone.utc)
+    ref = datetime(2023, 11, 16, 18, 17, 3, 979960, tzinfo=UTC)
     assert parse_timestamp_ns("2023-11-16 18:17:03.9799600") == _ns(ref)  # 7 digits, no zone
     assert parse_timestamp_ns("2023-11-16 18:17:03.9799601") == _ns(ref) + 100  # 100 ns
     assert parse_timestamp_ns("2023-11-16 18:17:03") == _ns(ref.replace(microsecond=0))
@@ -96,7 +96,7 @@ def test_timestamp_2024_format_with_offset():
 
 
 def test_both_formats_replay_the_same_times(tmp_path):
-    t0 = datetime(2024, 5, 10, tzinfo=timezone.utc)
+    t0 = datetime(2024, 5, 10, tzinfo=UTC)
     offsets_ms = [0.0, 250.5, 1000.0, 1000.0, 4000.25]
     rows23, rows24 = [], []
     for i, ms in enumerate(offsets_ms):
@@ -152,6 +152,16 @@ def test_replay_sorts_caps_and_scales(tmp_path):
     ("2023-13-16 18:00:02,5,3", "TIMESTAMP"),
     ("2023-02-30 18:00:02,5,3", "TIMESTAMP"),
     ("2023-11-16 18:00:02,5", "3"),
+    # token counts: integers in [1, 2**20], written in plain digits
+    ("2023-11-16 18:00:02.1,1000000000,3", "ContextTokens"),
+    ("2023-11-16 18:00:02.1,1048577,3", "ContextTokens"),
+    ("2023-11-16 18:00:02.1,5,1048577", "GeneratedTokens"),
+    ("2023-11-16 18:00:02.1,1e9,3", "ContextTokens"),
+    ("2023-11-16 18:00:02.1,2.5,3", "ContextTokens"),
+    ("2023-11-16 18:00:02.1,1_000,3", "ContextTokens"),
+    ("2023-11-16 18:00:02.1,nan,3", "ContextTokens"),
+    ("2023-11-16 18:00:02.1,5,inf", "GeneratedTokens"),
+    ("2023-11-16 18:00:02.1,,3", "ContextTokens"),
 ])
 def test_bad_row_names_file_and_line(tmp_path, row, column):
     path = _csv(tmp_path, [ROWS[0], ROWS[1], row, ROWS[2]])
@@ -159,6 +169,17 @@ def test_bad_row_names_file_and_line(tmp_path, row, column):
         read_azure_csv(path)
     msg = str(err.value)
     assert f"{path}:4:" in msg and column in msg  # header is line 1, the bad row line 4
+
+
+def test_token_count_bound_is_inclusive_and_named(tmp_path):
+    path = _csv(tmp_path, [ROWS[0], "2023-11-16 18:00:02.1,1048576,1048576"])
+    _, ctx, gen = read_azure_csv(path)
+    assert ctx.tolist()[-1] == 2**20 and gen.tolist()[-1] == 2**20
+    bad = _csv(tmp_path, [ROWS[0], "2023-11-16 18:00:02.1,1048577,7"], name="bad.csv")
+    with pytest.raises(ArrivalError) as err:
+        read_azure_csv(bad)
+    assert str(err.value) == (f"{bad}:3: column ContextTokens: '1048577' is not an integer in "
+                              "[1, 1048576] (tokens per request)")
 
 
 def test_bad_header_names_file(tmp_path):

@@ -138,7 +138,7 @@ def test_table1_header_names_an_imported_trace(tmp_path):
         run_config(compose_config(["experiment=table1", f"system={system}", "progress=false",
                                    f"routing={tmp_path / 'mine.npz'}"],
                                   run_name=system, results_dir=str(tmp_path)))
-    assert table1_main([str(tmp_path / "table1")]) == 0
+    assert table1_main([str(tmp_path / "table1"), "--allow-partial"]) == 0  # a subset of systems
     md = (tmp_path / "table1" / "table1.md").read_text()
     assert "routing from mine.npz (imported:mine.jsonl)" in md and "SYNTHETIC" not in md
 
@@ -154,3 +154,99 @@ def test_request_range_is_parsed_and_checked(tmp_path):
     out = tmp_path / "t.npz"
     assert main([str(src), str(out), "--model", "deepseek_v2_lite", "--requests", "1:2"]) == 2
     assert not out.exists()
+
+
+# ---- strict values: (edit of the 6 records, file:line: field message, written by hand) ------
+def _set(i, **fields):
+    return lambda rs: rs[i].update(fields)
+
+
+NAN, INF = float("nan"), float("inf")  # json.dumps writes NaN / Infinity, json.loads reads them
+BAD_VALUES = [
+    (_set(1, weights=[NAN, 0.25]), "r.jsonl:2: field 'weights': nan is not a finite number in "
+                                   "[0, 65504]"),
+    (_set(1, weights=[INF, 0.25]), "r.jsonl:2: field 'weights': inf is not a finite number in "
+                                   "[0, 65504]"),
+    (_set(2, weights=[-7, 0.25]), "r.jsonl:3: field 'weights': -7 is not a finite number in "
+                                  "[0, 65504]"),
+    (_set(0, weights=[1e6, 0.25]), "r.jsonl:1: field 'weights': 1000000.0 is not a finite "
+                                   "number in [0, 65504]"),
+    (_set(0, weights=[True, 0.25]), "r.jsonl:1: field 'weights': expected a list of numbers, "
+                                    "got [True, 0.25]"),
+    (_set(0, weights=0.5), "r.jsonl:1: field 'weights': expected a list of numbers, got 0.5"),
+    (lambda rs: rs[3].pop("weights"), "r.jsonl:4: field 'weights' missing, but line 1 has them "
+                                      "(give weights on every record or on none)"),
+    (_set(1, experts=[3.7, 1]), "r.jsonl:2: field 'experts': 3.7 is not an integer expert id"),
+    (_set(1, experts=[True, 2]), "r.jsonl:2: field 'experts': True is not an integer expert id"),
+    (_set(4, experts=[-1, 2]), "r.jsonl:5: field 'experts': expert id -1 < 0"),
+    (_set(4, experts=["3", "x"]), "r.jsonl:5: field 'experts': 'x' is not an integer expert id"),
+    (_set(0, experts=7), "r.jsonl:1: field 'experts': expected a list of integers, got 7"),
+    (_set(0, layer=1.5), "r.jsonl:1: field 'layer': 1.5 is not an integer"),
+    (_set(5, token_pos=True), "r.jsonl:6: field 'position': True is not an integer"),
+    (_set(5, token_pos=-2), "r.jsonl:6: field 'position': -2 < 0"),
+    (_set(0, prompt=5), "r.jsonl:1: field 'prompt': expected a string or null, got int"),
+]
+
+
+@pytest.mark.parametrize("edit, message", BAD_VALUES, ids=[m.split(": ", 1)[1][:40]
+                                                            for _, m in BAD_VALUES])
+def test_bad_values_are_errors_not_coerced(tmp_path, edit, message):
+    rows = [dict(r) for r in RECORDS]
+    edit(rows)
+    with pytest.raises(RoutingImportError) as err:
+        read_routing(_write_jsonl(tmp_path / "r.jsonl", rows))
+    assert str(err.value) == message
+
+
+def test_non_object_line_and_ids_beyond_the_model(tmp_path):
+    path = tmp_path / "r.jsonl"
+    path.write_text(json.dumps(RECORDS[0]) + "\n[1, 2]\n")
+    with pytest.raises(RoutingImportError, match=r"^r\.jsonl:2: expected a JSON object \(one "
+                                                  r"record\), got list$"):
+        read_routing(path)
+    # E = 3: the first record (layer 0, token 2) routes to experts 2 and 3
+    with pytest.raises(RoutingImportError, match=r"^r\.jsonl:1: field 'experts': expert id 3 "
+                                                  r"out of range \[0, 3\)$"):
+        read_routing(_write_jsonl(path, RECORDS), num_experts=3)
+
+
+@pytest.mark.parametrize("experts, message", [
+    ([[[0, 1]], [[2, 3.7]]], "expected [layer][token][k] integers of equal lengths"),
+    ([[[0, 1]], [[2, True]]], "expected [layer][token][k] integers of equal lengths"),
+    ([[[0, 1]], [[2]]], "expected [layer][token][k] integers of equal lengths"),
+    ([[[0, 1]], [[-1, 2]]], "expert id -1 out of range [0, 4)"),
+    ([[[0, 1]], [[2, 9]]], "expert id 9 out of range [0, 4)"),
+    ([[[]], [[]]], "shape (2, 1, 0), expected [layers, tokens >= 1, k >= 1]"),
+])
+def test_nested_ids_are_strict(tmp_path, experts, message):
+    path = tmp_path / "n.jsonl"
+    path.write_text(json.dumps({"prompt_id": 1, "experts": [[[0, 1]], [[1, 2]]]}) + "\n"
+                    + json.dumps({"prompt_id": 2, "experts": experts}) + "\n")
+    with pytest.raises(RoutingImportError) as err:
+        read_routing(path, fmt="nested", num_experts=4)
+    assert str(err.value) == f"n.jsonl:2: field 'experts': {message}"
+
+
+@pytest.mark.parametrize("cells, message", [
+    ("0,0,3.7 1,", "r.csv:3: field 'experts': '3.7' is not an integer expert id"),
+    ("0,0,3 1,nan 0.5", "r.csv:3: field 'weights': 'nan' is not a finite number in [0, 65504]"),
+    ("2.0,0,3 1,", "r.csv:3: field 'layer': '2.0' is not an integer"),
+])
+def test_csv_cells_are_strict(tmp_path, cells, message):
+    # the first data row (line 2) is fine and has no weights
+    (tmp_path / "r.csv").write_text("layer,position,experts,weights\n0,1,0 1,\n" + cells + "\n")
+    with pytest.raises(RoutingImportError) as err:
+        read_routing(tmp_path / "r.csv")
+    assert str(err.value) == message
+
+
+def test_weights_are_never_dropped_silently():
+    from workloads.importers import RoutedRequest
+
+    ids = np.array([[[0, 1]], [[2, 3]]])  # 2 layers, 1 token, top-2
+    with_w = RoutedRequest("a", ids, weights=np.full((2, 1, 2), 0.5, np.float32))
+    without = RoutedRequest("b", ids)
+    with pytest.raises(TraceError, match=r"^x: field 'weights': some recorded tokens have "
+                                         r"weights and some do not"):
+        to_trace([with_w, without], SHAPE, "x")
+    assert to_trace([with_w], SHAPE, "x").weights.tolist() == [[0.5, 0.5]] * 2

@@ -232,3 +232,20 @@ def test_bad_prompt_config_names_key(monkeypatch):
         generate_trace(model, SyntheticConfig(prompts={"dataset": "toy", "coupling": 2}))
     with pytest.raises(SpecError, match=r"workload\.prompts: unknown"):
         generate_trace(model, SyntheticConfig(prompts={"dataset": "toy", "couplin": 1}))
+
+
+@pytest.mark.parametrize("key, value, message", [
+    ("coupling", "0.5", "workload.prompts.coupling: must be a finite number in [0.0, 1.0], "
+                        "got '0.5'"),
+    ("coupling", True, "workload.prompts.coupling: must be a finite number in [0.0, 1.0], "
+                       "got True"),
+    ("coupling", float("nan"), "workload.prompts.coupling: must be a finite number in "
+                               "[0.0, 1.0], got nan"),
+    ("lengths", "no", "workload.prompts.lengths: must be true or false, got 'no'"),
+    ("allow_download", 0, "workload.prompts.allow_download: must be true or false, got 0"),
+])
+def test_prompt_config_values_are_strict(monkeypatch, key, value, message):
+    _fake_sources(monkeypatch)
+    with pytest.raises(SpecError) as err:
+        generate_trace(tiny_model(), SyntheticConfig(prompts={"dataset": "toy", key: value}))
+    assert str(err.value) == message

@@ -168,12 +168,20 @@ def test_cross_layer_coupling_knob(dsv2):
 
 
 def test_coupling_off_is_the_generator_before_the_knob(dsv2):
-    """cross_layer_corr = 0 draws nothing extra and records nothing: the same trace as
-    workloads/synthetic.py before the knob (sha computed with that version, git HEAD then)."""
+    """cross_layer_corr = 0 draws nothing extra and records nothing: the same trace as the
+    generator without the knob. The sha was first computed with workloads/synthetic.py
+    before the knob (9971bdc0ec656229...); generator version 2 (portable arithmetic,
+    harness/numerics.py) changed every trace, so on 2026-12-01 it was recomputed by running
+    this config with version 2 (g = 0), identical under OPENBLAS_CORETYPE = Haswell,
+    SkylakeX, Sandybridge, Prescott x NPY_DISABLE_CPU_FEATURES = none, the AVX512 groups,
+    every dispatched group (tests/test_portable.py's combinations). A coupling draw at g = 0
+    would shift every later draw of a chunk's stream and change it."""
     cfg = SyntheticConfig(num_requests=8, prompt_len=32, output_len=4, tasks=SMALL_TASKS,
                           cross_layer_corr=0.0)
-    assert generate_trace(dsv2, cfg).content_sha256() == (
-        "9971bdc0ec656229a4ea6eb3a94ce0ef885a607d94644e86e5a04d48ef7fe31a")
+    tr = generate_trace(dsv2, cfg)
+    assert "cross_layer_corr" not in tr.meta["generator"]
+    assert tr.content_sha256() == (
+        "ce919881ca948e6681c79740be982ba5a7d1618d472165d040e4193ce35aa6b3")
 
 
 def test_valid_trace_meta_and_embeddings(trace, tmp_path):
@@ -251,3 +259,47 @@ def test_report_against_real_deepseek_sample(dsv2):
     for measured, col in zip(live, (1, 2)):  # the sample still measures as recorded here
         for key, value in measured.items():
             assert abs(value - REAL[key][col]) < 0.01, key
+
+
+# (field override, the whole message, written by hand): every key as the user writes it
+BAD_CONFIG = [
+    ({"num_requests": 2.7}, "workload.num_requests: must be an integer >= 1, got 2.7"),
+    ({"num_requests": 0}, "workload.num_requests: must be an integer >= 1, got 0"),
+    ({"num_requests": True}, "workload.num_requests: must be an integer >= 1, got True"),
+    ({"seed": "abc"}, "workload.seed: must be an integer >= 0, got 'abc'"),
+    ({"seed": -1}, "workload.seed: must be an integer >= 0, got -1"),
+    ({"prompt_len": 2**20 + 1},
+     "workload.prompt_len: must be an integer in [1, 1048576], got 1048577"),
+    ({"output_len": 3.0}, "workload.output_len: must be an integer in [1, 1048576], got 3.0"),
+    ({"embed_dim": 0}, "workload.embed_dim: must be an integer >= 1, got 0"),
+    ({"arrival_ms": float("nan")}, "workload.arrival_ms: must be a finite number >= 0.0, got nan"),
+    ({"arrival_ms": "5"}, "workload.arrival_ms: must be a finite number >= 0.0, got '5'"),
+    ({"sticky_std": float("inf")},
+     "workload.sticky_std: must be a finite number >= 0.0, got inf"),
+    ({"stickiness": 1.0}, "workload.stickiness: must be a finite number in [0.0, 1.0), got 1.0"),
+    ({"cross_layer_corr": 1.5},
+     "workload.cross_layer_corr: must be a finite number in [0.0, 1.0], got 1.5"),
+    ({"split": "a/b"}, "workload.split: must be a non-empty name without '/', got 'a/b'"),
+    ({"tasks": [["mmlu", 2.5]]}, "workload.tasks: must be a non-empty list of [dataset, "
+                                 "number of tasks >= 1] pairs, got [['mmlu', 2.5]]"),
+    ({"tasks": []}, "workload.tasks: must be a non-empty list of [dataset, number of tasks "
+                    ">= 1] pairs, got []"),
+    # 6 * (0.13 + 0.25 + 0.36) + 6 * 0.62 + sqrt(3) * (20 + 0.5) = 4.44 + 3.72 + 35.51
+    ({"token_noise_std": 20.0}, "workload.*_std: |score| can reach 43.7; the *_std knobs must "
+                                "keep it below 31.0"),
+]
+
+
+@pytest.mark.parametrize("override, message", BAD_CONFIG,
+                         ids=[next(iter(o)) for o, _ in BAD_CONFIG])
+def test_bad_config_names_the_workload_key(override, message):
+    from harness.specs import SpecError
+
+    with pytest.raises(SpecError) as err:  # reported by moebench without a traceback
+        SyntheticConfig(**override).check()
+    assert str(err.value) == message
+
+
+def test_bad_config_is_refused_before_generating(dsv2):
+    with pytest.raises(ValueError, match=r"^workload\.num_requests: must be an integer"):
+        generate_trace(dsv2, SyntheticConfig(num_requests=2.7, prompt_len=4, output_len=2))

@@ -23,11 +23,16 @@ from hypothesis import strategies as st
 from harness.engine import Engine
 from harness.recorder import HIT, LATE, MISS, PRELOAD
 from harness.trace import read_trace
+from systems.base import KnobError, SystemContext
+from systems.diff_moe import DiffMoE
+from systems.fmoe import FMoE
 from systems.layer_offload import LayerOffload
 from systems.lru import LRU
+from systems.moe_infinity import MoEInfinity
 from systems.no_offload import NoOffload
 from systems.on_demand import OnDemand
 from systems.oracle import Oracle
+from systems.predictor import NextLayerPredictor
 
 TINY = Path(__file__).parent / "data" / "tiny_trace.npz"
 SEQUENCE = [0, 5, 1, 5, 0, 6, 2, 7, 1, 5, 0, 6, 3, 5, 0, 4]
@@ -144,3 +149,123 @@ def test_oracle_moves_no_more_bytes_than_any_system(seed, experts, layers, top_k
     oracle = _run(Oracle(), slots, trace, model)["loads"]
     for system in (OnDemand(), LRU(), LRU(speculative=False), LayerOffload()):
         assert oracle <= _run(system, slots, trace, model)["loads"], system.name
+
+
+# ---- knobs: every constructor argument checked, the key first in the message -----------------
+def _ctx(layers=3, experts=4, slots=6):
+    return SystemContext(num_layers=layers, num_experts=experts, top_k=2, expert_bytes=1,
+                         capacity_slots=slots, capacity_bytes=slots, max_batch=1,
+                         moe_layer_stacks=("decoder",) * layers, trace_fields=())
+
+
+NAN, INF = float("nan"), float("inf")
+# (system class, constructor kwargs, the whole message, written by hand)
+BAD_KNOBS = [
+    (LRU, {"slots_per_layer": 0}, "slots_per_layer: must be an integer >= 1 or null (auto), got 0"),
+    (LRU, {"slots_per_layer": -4},
+     "slots_per_layer: must be an integer >= 1 or null (auto), got -4"),
+    (LRU, {"slots_per_layer": 2.7},
+     "slots_per_layer: must be an integer >= 1 or null (auto), got 2.7"),
+    (LRU, {"slots_per_layer": True},
+     "slots_per_layer: must be an integer >= 1 or null (auto), got True"),
+    (LRU, {"speculative": 1}, "speculative: must be true or false, got 1"),
+    (LRU, {"speculative": "yes"}, "speculative: must be true or false, got 'yes'"),
+    (LayerOffload, {"stream_buffer_layers": 0},
+     "stream_buffer_layers: must be an integer >= 1, got 0"),
+    (LayerOffload, {"stream_buffer_layers": 1.5},
+     "stream_buffer_layers: must be an integer >= 1, got 1.5"),
+    (Oracle, {"lookahead": 0}, "lookahead: must be an integer >= 1, got 0"),
+    (Oracle, {"lookahead": "64"}, "lookahead: must be an integer >= 1, got '64'"),
+    (MoEInfinity, {"eamc_capacity": 0},
+     "eamc_capacity: must be an integer in [1, 100000], got 0"),
+    (MoEInfinity, {"eamc_capacity": 10**6},
+     "eamc_capacity: must be an integer in [1, 100000], got 1000000"),
+    (MoEInfinity, {"max_proposal": -1}, "max_proposal: must be an integer >= 0, got -1"),
+    (MoEInfinity, {"own_weight": 1.5},
+     "own_weight: must be a finite number in [0.0, 1.0], got 1.5"),
+    (MoEInfinity, {"own_weight": NAN},
+     "own_weight: must be a finite number in [0.0, 1.0], got nan"),
+    (MoEInfinity, {"learn_online": "no"}, "learn_online: must be true or false, got 'no'"),
+    (FMoE, {"prefetch_distance": 0}, "prefetch_distance: must be an integer >= 1, got 0"),
+    (FMoE, {"store_capacity": 0}, "store_capacity: must be an integer in [1, 100000], got 0"),
+    (FMoE, {"match_us_per_map": -1.0},
+     "match_us_per_map: must be a finite number >= 0.0, got -1.0"),
+    (FMoE, {"match_us_per_map": INF},
+     "match_us_per_map: must be a finite number >= 0.0, got inf"),
+    (FMoE, {"online_update": 0}, "online_update: must be true or false, got 0"),
+    (FMoE, {"semantic_same_kind": None}, "semantic_same_kind: must be true or false, got None"),
+    (FMoE, {"protect_prefetched": "true"},
+     "protect_prefetched: must be true or false, got 'true'"),
+    (DiffMoE, {"slots_per_layer": 0},
+     "slots_per_layer: must be an integer >= 1 or null (auto), got 0"),
+    (DiffMoE, {"high_slots": -1},
+     "high_slots: must be an integer >= 0 or null (round(slots_per_layer / 3)), got -1"),
+    (DiffMoE, {"low_slots": 0},
+     "low_slots: must be an integer >= 1 or null (2 * min(E, max_batch * top_k)), got 0"),
+    (DiffMoE, {"max_val": -1.0}, "max_val: must be a finite number >= 0.0, got -1.0"),
+    (DiffMoE, {"threshold": NAN}, "threshold: must be a finite number, got nan"),
+    (DiffMoE, {"dec_in": INF}, "dec_in: must be a finite number >= 0.0, got inf"),
+    (DiffMoE, {"dec_out": "0.2"}, "dec_out: must be a finite number >= 0.0, got '0.2'"),
+    (DiffMoE, {"min_val": 3.0}, "min_val: must be a finite number <= 2.0 or null (no floor), "
+                                "got 3.0 (the floor cannot be above max_val)"),
+    (DiffMoE, {"predictor": 1}, "predictor: must be true or false, got 1"),
+    (DiffMoE, {"recency_grid": []},
+     "recency_grid: must be a non-empty list of finite numbers in [0.0, 1.0], got []"),
+    (DiffMoE, {"recency_grid": [0.0, 1.5]},
+     "recency_grid: must be a non-empty list of finite numbers in [0.0, 1.0], got [0.0, 1.5]"),
+    (DiffMoE, {"recency_grid": "0.5"},
+     "recency_grid: must be a non-empty list of finite numbers in [0.0, 1.0], got '0.5'"),
+    (DiffMoE, {"holdout_fraction": 1.0},
+     "holdout_fraction: must be a finite number in (0.0, 1.0), got 1.0"),
+    (DiffMoE, {"train_prefill_stride": 0},
+     "train_prefill_stride: must be an integer >= 1, got 0"),
+    (DiffMoE, {"smoothing": 0.0}, "smoothing: must be a finite number > 0.0, got 0.0"),
+]
+
+
+@pytest.mark.parametrize("cls, kwargs, message", BAD_KNOBS,
+                         ids=[f"{c.name}-{next(iter(k))}={k[next(iter(k))]!r}"
+                              for c, k, _ in BAD_KNOBS])
+def test_bad_knob_is_refused_in_init_naming_it(cls, kwargs, message):
+    with pytest.raises(KnobError) as err:
+        cls(**kwargs)
+    assert str(err.value) == message
+
+
+# Ranges that depend on the model or the budget are checked in bind (3 layers, 4 experts,
+# 6 slots); the message is written by hand.
+BAD_BIND = [
+    (LRU, {"slots_per_layer": 100000}, "slots_per_layer: must be an integer in [1, 4] or null "
+     "(auto), got 100000 (the model has 4 experts per layer)"),
+    (LRU, {"slots_per_layer": 5}, "slots_per_layer: must be an integer in [1, 4] or null "
+     "(auto), got 5 (the model has 4 experts per layer)"),
+    (DiffMoE, {"slots_per_layer": 5}, "slots_per_layer: must be an integer in [1, 4] or null "
+     "(auto), got 5 (the model has 4 experts per layer)"),
+    (DiffMoE, {"low_slots": 7}, "low_slots: must be an integer in [1, 6] or null "
+     "(2 * min(E, max_batch * top_k)), got 7 (the cache holds 6 experts)"),
+    (DiffMoE, {"slots_per_layer": 1, "high_slots": 2}, "high_slots: must be an integer in "
+     "[0, 1], got 2 (1 slots per layer)"),
+    (DiffMoE, {"slots_per_layer": 2}, "slots_per_layer: 2 slots per layer x 3 layers leaves no "
+     "low-priority slot in a cache of 6 experts"),
+]
+
+
+@pytest.mark.parametrize("cls, kwargs, message", BAD_BIND)
+def test_context_dependent_knob_is_refused_in_bind(cls, kwargs, message):
+    system = cls(**kwargs)  # statically fine
+    with pytest.raises(KnobError) as err:
+        system.bind(_ctx())
+    assert str(err.value) == message
+
+
+def test_knob_checks_keep_valid_values():
+    lru = LRU(slots_per_layer=4, speculative=False)
+    lru.bind(_ctx())
+    assert lru.slots_per_layer == 4 and lru.speculative is False
+    auto = LRU()
+    auto.bind(_ctx(slots=30))  # auto: floor(30 / 3) = 10, at most a layer's 4 experts
+    assert auto.slots_per_layer == 4
+    assert isinstance(KnobError("x"), ValueError)  # callers catching ValueError still do
+    with pytest.raises(KnobError, match=r"^holdout_fraction: must be a finite number in "
+                                        r"\(0\.0, 1\.0\), got 0$"):
+        NextLayerPredictor(3, 4, 2, ("decoder",) * 3, holdout_fraction=0)

@@ -42,9 +42,14 @@ AZURE_2023_URL = ("https://raw.githubusercontent.com/Azure/AzurePublicDataset/ma
                   "AzureLLMInferenceTrace_{kind}.csv")
 AZURE_KINDS = ("code", "conv")
 AZURE_COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
+# Prompt or output tokens of one request, at most (docs/serving.md): above the context of
+# every model in conf/model (DeepSeek-V3's 128K is the largest), and it keeps one request's
+# routing arrays within a few GiB. Replayed counts and the synthetic lengths are checked.
+MAX_REQUEST_TOKENS = 2**20
 DOWNLOAD_TIMEOUT_S = 20.0
 KEYS = {"process", "rate_rps", "cv", "path", "kind", "download", "cache_dir", "start",
         "rate_scale", "max_requests", "lengths"}
+_COUNT = re.compile(r"\s*[0-9]+\s*")  # plain decimal digits: no sign, exponent, "_" or dot
 _TS = re.compile(r"(\d{4})-(\d{2})-(\d{2})[ T](\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,9}))?"
                  r"(Z|[+-]\d{2}:?\d{2})?")
 
@@ -118,13 +123,11 @@ def read_azure_csv(path: str | Path) -> tuple[np.ndarray, np.ndarray, np.ndarray
             except ValueError as exc:
                 raise ArrivalError(f"{path}:{line}: column TIMESTAMP: {exc}") from None
             for col, value, out in ((1, row[1], ctx), (2, row[2], gen)):
-                try:
-                    n = int(value)
-                except ValueError:
-                    n = -1
-                if n < 1:
+                n = int(value) if _COUNT.fullmatch(value) else 0
+                if not 1 <= n <= MAX_REQUEST_TOKENS:
                     raise ArrivalError(f"{path}:{line}: column {AZURE_COLUMNS[col]}: "
-                                       f"{value!r} is not an integer >= 1")
+                                       f"{value!r} is not an integer in [1, "
+                                       f"{MAX_REQUEST_TOKENS}] (tokens per request)")
                 out.append(n)
     if not times:
         raise ArrivalError(f"{path}: no data rows")

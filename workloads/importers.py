@@ -13,6 +13,10 @@ Two input layouts (docs/routing.md, "Importing routing"), JSONL (optionally .gz)
 - nested: one request per line: {"prompt_id", "prompt", "moe_layers", "experts":
   [layer][token][k]} (the shared DeepSeek-V2-Lite sample's layout).
 
+Values are parsed strictly (workloads/import_fields.py): no float or bool is taken as an
+integer, ids are in [0, E), weights finite and >= 0, given on every record or on none; an
+error names file:line and the field.
+
 Recordings are usually prefill-only (one forward pass over a prompt). `to_trace` can replay
 the last `decode_tokens` tokens as teacher-forced decode steps: a recording of T tokens
 becomes prompt_len T - N, output_len N + 1 (step 0 = prefill of the first T - N tokens, steps
@@ -35,20 +39,17 @@ from pathlib import Path
 import numpy as np
 
 from harness.trace import Trace, TraceError, id_dtype
+from workloads.import_fields import (
+    RoutingImportError,
+    expert_ids,
+    integer_field,
+    nested_ids,
+    pick,
+    prompt_field,
+    weight_list,
+)
 
-_ALIASES = {
-    "request": ("request_id", "prompt_id", "problem_id"),
-    "layer": ("layer", "layer_id"),
-    "position": ("token_pos", "token_idx", "position"),
-    "experts": ("experts", "expert_ids"),
-    "weights": ("weights", "gating_probs"),
-    "prompt": ("prompt",),
-}
 GAPS = ("error", "drop")  # what to do with a (layer, position) that has no record
-
-
-class RoutingImportError(TraceError):
-    """Malformed routing input; the message names the file, line and field."""
 
 
 @dataclass
@@ -68,35 +69,6 @@ def _open_text(path: Path):
     return raw, io.StringIO(raw.decode("utf-8"))
 
 
-def _pick(rec: dict, key: str, where: str, required: bool = True):
-    for name in _ALIASES[key]:
-        if name in rec:
-            return rec[name]
-    if required:
-        raise RoutingImportError(f"{where}: field {key!r} missing (accepted names: "
-                           f"{', '.join(_ALIASES[key])})")
-    return None
-
-
-def _int_list(value, where: str, field: str) -> list[int]:
-    if isinstance(value, str):
-        value = [v for v in value.replace(";", " ").replace(",", " ").strip("[] ").split() if v]
-    try:
-        out = [int(v) for v in value]
-    except (TypeError, ValueError) as exc:
-        raise RoutingImportError(f"{where}: field {field!r}: expected a list of integers") from exc
-    return out
-
-
-def _float_list(value, where: str, field: str) -> list[float]:
-    if isinstance(value, str):
-        value = [v for v in value.replace(";", " ").replace(",", " ").strip("[] ").split() if v]
-    try:
-        return [float(v) for v in value]
-    except (TypeError, ValueError) as exc:
-        raise RoutingImportError(f"{where}: field {field!r}: expected a list of numbers") from exc
-
-
 def _rows(path: Path, text: io.StringIO):
     """(line number, dict) per record of a JSONL or CSV file."""
     if path.name.endswith((".csv", ".csv.gz")):
@@ -106,14 +78,19 @@ def _rows(path: Path, text: io.StringIO):
     for i, line in enumerate(text, start=1):
         if line.strip():
             try:
-                yield i, json.loads(line)
+                rec = json.loads(line)
             except json.JSONDecodeError as exc:
                 raise RoutingImportError(f"{path.name}:{i}: not valid JSON ({exc.msg})") from exc
+            if not isinstance(rec, dict):
+                raise RoutingImportError(f"{path.name}:{i}: expected a JSON object (one record), "
+                                         f"got {type(rec).__name__}")
+            yield i, rec
 
 
-def read_routing(path: str | os.PathLike, fmt: str = "auto",
-                 duplicates: str = "error") -> tuple[list[RoutedRequest], str]:
+def read_routing(path: str | os.PathLike, fmt: str = "auto", duplicates: str = "error",
+                 num_experts: int | None = None) -> tuple[list[RoutedRequest], str]:
     """Parse a routing file -> (requests in first-seen order, sha256 of the file bytes).
+    With `num_experts` (the model's E) an expert id >= E is an error at its line.
 
     duplicates: "error", or "first" to keep the first record of a repeated (request, layer,
     position) (the shared Mixtral sample logged its decode steps at position 0 after the
@@ -137,61 +114,59 @@ def read_routing(path: str | os.PathLike, fmt: str = "auto",
     if fmt not in ("records", "nested"):
         raise ValueError(f"format: expected 'auto', 'records' or 'nested', got {fmt!r}")
     records = [first, *rows]
-    reqs = _nested(path, records) if fmt == "nested" else _records(path, records, duplicates)
+    reqs = (_nested(path, records, num_experts) if fmt == "nested"
+            else _records(path, records, duplicates, num_experts))
     return reqs, sha
 
 
-def _nested(path: Path, records) -> list[RoutedRequest]:
+def _nested(path: Path, records, num_experts: int | None) -> list[RoutedRequest]:
     out = []
     for line, rec in records:
         where = f"{path.name}:{line}"
-        rid = _pick(rec, "request", where, required=False)
+        rid = pick(rec, "request", where, required=False)
         rid = f"line{line}" if rid in (None, "") else str(rid)
-        try:
-            ids = np.asarray(rec["experts"], dtype=np.int64)
-        except KeyError as exc:
-            raise RoutingImportError(f"{where}: field 'experts' missing") from exc
-        except (TypeError, ValueError) as exc:
-            raise RoutingImportError(f"{where}: field 'experts': expected [layer][token][k] "
-                               "integers of equal lengths") from exc
-        if ids.ndim != 3 or ids.shape[1] < 1:
-            raise RoutingImportError(f"{where}: field 'experts': shape {ids.shape}, expected "
-                               "[layers, tokens >= 1, k]")
-        out.append(RoutedRequest(id=rid, ids=ids, prompt=rec.get("prompt")))
+        if "experts" not in rec:
+            raise RoutingImportError(f"{where}: field 'experts' missing")
+        ids = nested_ids(rec["experts"], where, num_experts)
+        out.append(RoutedRequest(id=rid, ids=ids, prompt=prompt_field(rec, where)))
     return out
 
 
-def _records(path: Path, records, duplicates: str) -> list[RoutedRequest]:
+def _records(path: Path, records, duplicates: str,
+             num_experts: int | None) -> list[RoutedRequest]:
     table: dict[str, dict] = {}
     layers: set[int] = set()
     k = None
+    weighted = None  # (line, has weights) of the first kept record: all records alike
     for line, rec in records:
         where = f"{path.name}:{line}"
-        rid = _pick(rec, "request", where, required=False)
+        rid = pick(rec, "request", where, required=False)
         rid = "0" if rid in (None, "") else str(rid)
-        layer, pos = _pick(rec, "layer", where), _pick(rec, "position", where)
-        try:
-            layer, pos = int(layer), int(pos)
-        except (TypeError, ValueError) as exc:
-            raise RoutingImportError(
-                f"{where}: fields 'layer'/'position' must be integers") from exc
+        layer = integer_field(pick(rec, "layer", where), where, "layer")
+        pos = integer_field(pick(rec, "position", where), where, "position")
         if pos < 0:
             raise RoutingImportError(f"{where}: field 'position': {pos} < 0")
-        experts = _int_list(_pick(rec, "experts", where), where, "experts")
+        experts = expert_ids(pick(rec, "experts", where), where, num_experts)
         k = len(experts) if k is None else k
         if len(experts) != k or k == 0:
             raise RoutingImportError(f"{where}: field 'experts': {len(experts)} ids, expected {k}")
-        w = _pick(rec, "weights", where, required=False)
-        w = _float_list(w, where, "weights") if w not in (None, "") else None
+        w = pick(rec, "weights", where, required=False)
+        w = weight_list(w, where) if w not in (None, "") else None
         if w is not None and len(w) != k:
             raise RoutingImportError(f"{where}: field 'weights': {len(w)} values, expected {k}")
-        req = table.setdefault(rid, {"tokens": {}, "prompt": rec.get("prompt")})
+        req = table.setdefault(rid, {"tokens": {}, "prompt": prompt_field(rec, where)})
         key = (layer, pos)
         if key in req["tokens"]:
             if duplicates == "error":
                 raise RoutingImportError(f"{where}: request {rid!r} layer {layer} position {pos} "
                                    "appears twice (use duplicates='first' to keep the first)")
             continue
+        weighted = weighted or (line, w is not None)
+        if (w is not None) != weighted[1]:  # a trace stores weights for every row or none
+            raise RoutingImportError(
+                f"{where}: field 'weights' {'given' if w is not None else 'missing'}, but line "
+                f"{weighted[0]} has {'none' if w is not None else 'them'} (give weights on "
+                "every record or on none)")
         req["tokens"][key] = (experts, w)
         layers.add(layer)
     layer_index = {lay: i for i, lay in enumerate(sorted(layers))}
@@ -254,8 +229,11 @@ def to_trace(requests: list[RoutedRequest], shape: dict, source: str, decode_tok
                 blocks.append(b - a)
                 if w is not None:
                     wrows.append(w[layer, a:b])
-    has_w = bool(requests) and all(r.weights is not None for r in requests) and not \
-        _weights_incomplete(requests)
+    with_w = [r.weights is not None for r in requests]
+    if any(with_w) and (not all(with_w) or _weights_incomplete(requests)):
+        raise TraceError(f"{source}: field 'weights': some recorded tokens have weights and "
+                         "some do not; a trace stores them for every token or for none")
+    has_w = bool(requests) and all(with_w)
     meta = {"num_moe_layers": L, "num_experts": E, "top_k": k,
             "moe_layer_stacks": ["decoder"] * L, "synthetic": False,
             "routing_source": f"imported:{source}",
@@ -280,7 +258,7 @@ def to_trace(requests: list[RoutedRequest], shape: dict, source: str, decode_tok
 
 
 def _weights_incomplete(requests: list[RoutedRequest]) -> bool:
-    """True when some recorded token lacks weights (then the trace stores none)."""
+    """True when some recorded token lacks weights."""
     return any(np.isnan(r.weights[r.ids >= 0]).any() for r in requests if r.weights is not None)
 
 
@@ -333,7 +311,8 @@ def main(argv: list[str]) -> int:
     args = ap.parse_args(argv)
     try:
         shape = model_shape(args.model)
-        reqs, sha = read_routing(args.input, args.format, args.duplicates)
+        reqs, sha = read_routing(args.input, args.format, args.duplicates,
+                                 num_experts=shape["num_experts"])
         provenance = {"input_sha256": sha, "format": args.format}
         if args.requests is not None:
             start, stop = _span(args.requests, len(reqs))

@@ -11,7 +11,8 @@ adds nothing to the trace meta. Otherwise (docs/serving.md):
   task, as before); the texts are embedded (workloads/embed.py, all-MiniLM-L6-v2 by default)
   and, unless arrivals give lengths, counted by the model's tokenizer for the prompt length.
   The embeddings drive a semantic routing-preference term: for request r with unit embedding
-  e_r [D], S[r] = e_r @ W, W [D, L*E] i.i.d. N(0, 1) from the seed, so each entry of S[r] has
+  e_r [D], S[r] = e_r @ W, W [D, L*E] i.i.d. N(0, 1) from the seed (on a 2**-16 grid, so the
+  product is exact: docs/trace-format.md, "Portable determinism"), so each entry of S[r] has
   variance 1 and corr(S[r], S[s]) = cos(e_r, e_s). The request-level preference becomes
   sqrt(1 - c**2) * B[r] + c * S[r] with c = `coupling` in [0, 1]: its variance is unchanged,
   and the correlation between two requests' preferences is c**2 * cos(e_r, e_s).
@@ -28,6 +29,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from harness.checks import boolean, number
+from harness.numerics import on_grid, standard_normal
 from harness.rng import stream
 from workloads.arrivals import ArrivalError, make_arrivals
 
@@ -65,11 +68,17 @@ class RequestPlan:
         if self.embeddings is None or self.coupling == 0.0:
             return b
         c, L, E = b.shape
-        if self._projection is None:  # W [D, L*E], from the seed only
-            self._projection = stream(seed, "synthetic/semantic-projection").standard_normal(
-                (self.embeddings.shape[1], L * E))
-        sem = (self.embeddings[rows].astype(np.float64) @ self._projection).reshape(c, L, E)
-        return math.sqrt(1 - self.coupling**2) * b + self.coupling * sem
+        if self._projection is None:  # W [D, L*E], from the seed only, multiples of 2**-16
+            self._projection = on_grid(standard_normal(
+                stream(seed, "synthetic/semantic-projection"), (self.embeddings.shape[1], L * E)),
+                16)
+        # Embeddings as the trace stores them (float16: multiples of 2**-24 in [-1, 1]): each
+        # product with W is a multiple of 2**-40 and every partial sum is below
+        # sqrt(D) * 8.3 << 2**13, so the BLAS product is exact in any order (kernel-free).
+        e16 = self.embeddings[rows].astype(np.float16).astype(np.float64)
+        sem = (e16 @ self._projection).reshape(c, L, E)
+        g = self.coupling  # g * g, not g**2: pow is glibc's, which has FMA variants
+        return math.sqrt(1 - g * g) * b + g * sem
 
 
 def _lengths(cfg, n: int, arrivals) -> tuple[np.ndarray, np.ndarray, str]:
@@ -154,9 +163,10 @@ def _with_prompts(cfg, model, spec, n, arrival_ms, prompt_len, output_len, lengt
     if unknown:
         raise ArrivalError(f"workload.prompts: unknown key(s) {unknown}; known: "
                            f"{sorted(PROMPT_KEYS)}")
-    coupling = float(spec.get("coupling", DEFAULT_COUPLING))
-    if not 0.0 <= coupling <= 1.0:
-        raise ArrivalError(f"workload.prompts.coupling: must be in [0, 1], got {coupling!r}")
+    coupling = number(spec.get("coupling", DEFAULT_COUPLING), "workload.prompts.coupling",
+                      lo=0.0, hi=1.0, error=ArrivalError)
+    for key in ("lengths", "allow_download"):  # a string such as "no" would read as true
+        boolean(spec.get(key, True), f"workload.prompts.{key}", error=ArrivalError)
     try:  # loader, embedder and tokenizer failures name the config key
         return _prompt_plan(cfg, model, spec, coupling, n, arrival_ms, prompt_len, output_len,
                             lengths_from, meta)

@@ -34,7 +34,13 @@ request term B[r] is mixed with a term driven by the prompt's embedding (`coupli
 
 Speed (one core): requests go through the time loop in cache-sized chunks; noise is raw uint16
 bits; top-k packs the expert id into the low mantissa bits of the (offset, positive) float score
-and runs np.partition on int32, several times faster than argpartition.
+and runs np.partition (top-2k candidates, a set) then a sort on int32, several times faster
+than argpartition.
+
+Portable (docs/trace-format.md, "Portable determinism"): the same bits on every CPU, BLAS
+kernel and numpy SIMD path. Gumbel and normal draws, exp and softmax come from
+harness/numerics.py and numpy's fixed-order sums, no BLAS; stored top-k rows are sorted by
+score, largest first, never in partition order.
 """
 
 from __future__ import annotations
@@ -44,10 +50,12 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
+from harness import numerics
 from harness.rng import stream
 from harness.specs import ModelSpec
 from harness.trace import Trace, id_dtype
 from workloads.tasks import PAPER_TASK_COUNTS
+from workloads.workload_checks import WorkloadError, check_fields
 
 CHUNK_REQUESTS = 32  # requests per inner loop; fixed so that output never depends on it
 SCORE_OFFSET = 32.0  # scores are shifted positive so float bits sort like integers
@@ -89,7 +97,7 @@ class SyntheticConfig:
     # Per-token coupling of adjacent layers: share of n copied from the previous layer (in
     # steps of 1/256). Set by cross-layer precision (docs/routing.md): guessing layer l+1's
     # experts from layer l's through transitions fitted on other prompts, DeepSeek-V2-Lite-
-    # shaped at matched lengths: 0.471 vs 0.469 real (popularity 0.135, random 0.094; 0 here
+    # shaped at matched lengths: 0.460 vs 0.469 real (popularity 0.135, random 0.094; 0 here
     # gives 0.136). The statistics above do not move (n stays i.i.d. uniform per layer). The
     # one real Mixtral prompt shows a weaker link (docs/routing.md); no per-shape value.
     cross_layer_corr: float = 0.95
@@ -109,33 +117,24 @@ class SyntheticConfig:
                 + x_max + u * (self.token_noise_std + self.guess_noise_std))
 
     def check(self) -> None:
-        if int(self.seed) < 0:
-            raise ValueError("synthetic.seed: must be >= 0")
-        ints = ("num_requests", "prompt_len", "output_len", "embed_dim")
-        for name in ints:
-            if int(getattr(self, name)) < 1:
-                raise ValueError(f"synthetic.{name}: must be >= 1")
-        if not 0.0 <= self.stickiness < 1.0:
-            raise ValueError("synthetic.stickiness: must be in [0, 1)")
-        if not 0.0 <= self.cross_layer_corr <= 1.0:
-            raise ValueError("synthetic.cross_layer_corr: must be in [0, 1]")
-        stds = ("layer_pref_std", "task_pref_std", "request_pref_std", "sticky_std",
-                "token_noise_std", "guess_noise_std", "embed_noise", "arrival_ms")
-        for name in stds:
-            v = float(getattr(self, name))
-            if not math.isfinite(v) or v < 0:
-                raise ValueError(f"synthetic.{name}: must be finite and >= 0")
+        """Every field strictly (workloads/workload_checks.py), then the score bound; the
+        messages start with the key as the user writes it, `workload.<field>`."""
+        check_fields(self)
         if self.score_bound() > SCORE_OFFSET - 1:  # keeps offset scores positive
-            raise ValueError(f"synthetic: |score| can reach {self.score_bound():.1f}; "
-                             f"the *_std knobs must keep it below {SCORE_OFFSET - 1}")
-        if not self.split or "/" in self.split:
-            raise ValueError("synthetic.split: non-empty name without '/'")
+            raise WorkloadError(f"workload.*_std: |score| can reach {self.score_bound():.1f}; "
+                                f"the *_std knobs must keep it below {SCORE_OFFSET - 1}")
 
 
 def _skewed(rng: np.random.Generator, shape: tuple) -> np.ndarray:
     """Standardised Gumbel draws (mean 0, std 1, right-skewed): a few strongly preferred
-    experts per row, as the real sample's high top-expert share at high entropy needs."""
-    return (rng.gumbel(size=shape) - np.euler_gamma) * (math.sqrt(6) / math.pi)
+    experts per row, as the real sample's high top-expert share at high entropy needs.
+    harness.numerics draws them (the same bits on every CPU)."""
+    return (numerics.gumbel(rng, shape) - np.euler_gamma) * (math.sqrt(6) / math.pi)
+
+
+def _unit_rows(x: np.ndarray) -> np.ndarray:
+    """Rows of x [n, D] scaled to unit norm: elementwise ops and numpy's fixed-order sum."""
+    return x / np.sqrt(np.square(x).sum(axis=1, keepdims=True))
 
 
 def _geometry(stacks: tuple[str, ...], P: int, S: int):
@@ -204,13 +203,12 @@ def _route_chunk(rng, pref, cfg, n0, counts, t_max, k2, keep, cross=None):
     beta = np.float32(cfg.token_noise_std / _U16_STD)
     mz = float(alpha) * _U16_MEAN / (1 - rho)
     base = (pref + np.float32(SCORE_OFFSET - mz - float(beta) * _U16_MEAN)).astype(np.float32)
-    z = np.clip(rng.standard_normal((c, L, E), dtype=np.float32), -6, 6)
+    z = np.clip(numerics.standard_normal(rng, (c, L, E)), -6, 6).astype(np.float32)
     z = z * np.float32(a) + np.float32(mz)  # stationary start
     zlim = (np.float32(mz - 6 * a), np.float32(mz + 6 * a))
     y, p, tmp = (np.empty((c, L, E), np.float32) for _ in range(3))
     cand = np.empty((t_max, c, L, k2), np.int32)
     probs = np.zeros((c, S, L, E), np.float32)
-    ones = np.ones(E, np.float32)
     stride = np.maximum(1, n0.max(axis=1) // PROBS_PREFILL_TOKENS)[:, None]  # [c, 1]
     tpos = np.arange(t_max)[:, None, None]
     steps = np.where(tpos < n0, 0, tpos - n0 + 1)  # step of position t, [T, c, L]
@@ -234,8 +232,7 @@ def _route_chunk(rng, pref, cfg, n0, counts, t_max, k2, keep, cross=None):
         y += tmp  # score + SCORE_OFFSET, float32 [c, L, E]
         if uniform[t] or live[t].any():
             np.subtract(y, np.float32(SCORE_OFFSET), out=p)
-            np.exp(p, out=p)
-            p *= (1 / (p @ ones))[..., None]  # per-token router probabilities
+            p = _softmax(p)  # per-token router probabilities
             if uniform[t]:
                 probs[:, steps[t, 0, 0]] += p
             else:
@@ -250,11 +247,21 @@ def _route_chunk(rng, pref, cfg, n0, counts, t_max, k2, keep, cross=None):
     return cand, probs
 
 
+def _softmax(x: np.ndarray) -> np.ndarray:
+    """Softmax over the last axis of float32 scores [..., n] with |x| < SCORE_OFFSET - 1 (no
+    overflow, no underflow to 0): harness.numerics.exp and numpy's fixed-order sum, not a
+    BLAS product with ones, whose summation order depends on the kernel."""
+    p = numerics.exp(x)
+    p *= (1 / p.sum(axis=-1))[..., None]
+    return p
+
+
 def _top_keys(keys: np.ndarray, k: int) -> np.ndarray:
-    """Partition `keys` in place (each row keeps its values); view of the k largest packed
-    keys of each row, unordered: int32 [..., k]."""
-    keys.partition(keys.shape[-1] - k, axis=-1)
-    return keys[..., keys.shape[-1] - k:]
+    """Sort each row of `keys` [..., n] in place; view of its k largest packed keys, largest
+    first: int32 [..., k]. A sort, not a partition: partition order depends on numpy's SIMD
+    sort, and this order is stored and decides which guess noise meets which candidate."""
+    keys.sort(axis=-1)
+    return keys[..., :-k - 1:-1]
 
 
 def _finish_chunk(rng, cand, cfg, E, k, keep, idt, block=16):
@@ -267,15 +274,14 @@ def _finish_chunk(rng, cand, cfg, E, k, keep, idt, block=16):
     noise_scale = np.float32(cfg.guess_noise_std / _U8_STD)
     for t0 in range(0, T, block):
         blk = cand[t0:t0 + block]
-        top = _top_keys(blk, k)  # reorders each row of blk in place; its values stay
+        top = _top_keys(blk, k)  # sorts each row of blk in place
         ids[t0:t0 + block] = top & ~keep
         w = (top & keep).view(np.float32)
         w -= np.float32(SCORE_OFFSET)
-        np.exp(w, out=w)  # |score| < SCORE_OFFSET - 1: no overflow, no underflow to 0
-        w /= (w @ np.ones(k, np.float32))[..., None]  # softmax over the chosen experts
-        weights[t0:t0 + block] = w
-        # Guess made at layer l: layer l+1's k2 candidate scores plus uniform noise of std
-        # guess_noise_std (256 levels; its mean does not change the ranking), re-ranked.
+        weights[t0:t0 + block] = _softmax(w)  # over the chosen experts
+        # Guess made at layer l: layer l+1's k2 candidate scores (ascending) plus uniform
+        # noise of std guess_noise_std (256 levels; its mean does not change the ranking),
+        # re-ranked.
         nxt = blk[:, :, 1:]
         noisy = (nxt & keep).view(np.float32)
         w8 = rng.bit_generator.random_raw(-(-noisy.size // 8)).view(np.uint8)
@@ -309,9 +315,8 @@ def generate_trace(model: ModelSpec, cfg: SyntheticConfig) -> Trace:
     task_pref = _skewed(stream(cfg.seed, "synthetic/task-prefs"), (n_tasks, L, E))
     task_pref *= cfg.task_pref_std
     task_pref += cfg.layer_pref_std * _skewed(stream(cfg.seed, "synthetic/layer-prefs"), (L, E))
-    centroids = stream(cfg.seed, "synthetic/task-centroids").standard_normal(
-        (n_tasks, cfg.embed_dim))
-    centroids /= np.linalg.norm(centroids, axis=1, keepdims=True)
+    centroids = _unit_rows(numerics.standard_normal(stream(cfg.seed, "synthetic/task-centroids"),
+                                                    (n_tasks, cfg.embed_dim)))
 
     idt = id_dtype(E)
     id_bits = max(1, (E - 1).bit_length())
@@ -354,12 +359,12 @@ def generate_trace(model: ModelSpec, cfg: SyntheticConfig) -> Trace:
 
     if plan.embeddings is None:
         emb_rng = stream(cfg.seed, f"synthetic/{cfg.split}/embeddings")
-        emb = centroids[task_of] + cfg.embed_noise * emb_rng.standard_normal(
-            (R, cfg.embed_dim)) / math.sqrt(cfg.embed_dim)
-        emb /= np.linalg.norm(emb, axis=1, keepdims=True)
+        emb = _unit_rows(centroids[task_of] + cfg.embed_noise * numerics.standard_normal(
+            emb_rng, (R, cfg.embed_dim)) / math.sqrt(cfg.embed_dim))
     else:
         emb = plan.embeddings
-    generator = {"name": "workloads.synthetic", "version": 1, **asdict(cfg)}
+    # version 2: portable arithmetic (harness/numerics.py; docs/trace-format.md)
+    generator = {"name": "workloads.synthetic", "version": 2, **asdict(cfg)}
     for key in ("arrivals", "prompts"):  # absent when unset: default traces stay as they were
         if generator[key] is None:
             del generator[key]

@@ -1,0 +1,45 @@
+"""Strict checks of the synthetic workload's fields (workloads.synthetic.SyntheticConfig).
+
+Integers must be integers (not a bool, not 2.7), floats finite; every message starts with the
+key as the user writes it on the command line, `workload.<field>` (docs/serving.md).
+"""
+
+from __future__ import annotations
+
+from harness.checks import integer, is_integer, number
+from harness.specs import SpecError
+from workloads.arrivals import MAX_REQUEST_TOKENS
+
+# (field, lowest, highest or None); token counts have the per-request bound of replayed
+# arrivals
+INTEGERS = (("seed", 0, None), ("num_requests", 1, None), ("embed_dim", 1, None),
+            ("prompt_len", 1, MAX_REQUEST_TOKENS), ("output_len", 1, MAX_REQUEST_TOKENS))
+NON_NEGATIVE = ("arrival_ms", "layer_pref_std", "task_pref_std", "request_pref_std",
+                "sticky_std", "token_noise_std", "guess_noise_std", "embed_noise")
+
+
+class WorkloadError(SpecError):
+    """A workload knob has the wrong type or is out of range; the message starts with the
+    key (`workload.num_requests: ...`). A SpecError: `moebench` reports it without a
+    traceback, before anything is written."""
+
+
+def check_fields(cfg) -> None:
+    """Types and ranges of every field of a SyntheticConfig, one at a time."""
+    for name, lo, hi in INTEGERS:
+        integer(getattr(cfg, name), f"workload.{name}", lo=lo, hi=hi, error=WorkloadError)
+    tasks = cfg.tasks
+    if not isinstance(tasks, (list, tuple)) or not tasks or not all(
+            isinstance(t, (list, tuple)) and len(t) == 2 and isinstance(t[0], str)
+            and is_integer(t[1]) and t[1] >= 1 for t in tasks):
+        raise WorkloadError(f"workload.tasks: must be a non-empty list of [dataset, number of "
+                            f"tasks >= 1] pairs, got {tasks!r}")
+    if not isinstance(cfg.split, str) or not cfg.split or "/" in cfg.split:
+        raise WorkloadError(f"workload.split: must be a non-empty name without '/', got "
+                            f"{cfg.split!r}")
+    number(cfg.stickiness, "workload.stickiness", lo=0.0, hi=1.0, hi_open=True,
+           error=WorkloadError)
+    number(cfg.cross_layer_corr, "workload.cross_layer_corr", lo=0.0, hi=1.0,
+           error=WorkloadError)
+    for name in NON_NEGATIVE:
+        number(getattr(cfg, name), f"workload.{name}", lo=0.0, error=WorkloadError)
