@@ -12,7 +12,6 @@ prefill recordings.
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 from pathlib import Path
@@ -21,6 +20,7 @@ import numpy as np
 import yaml
 
 from analysis.characterize import characterize, cosine_matrix, request_sequences, semantic_coupling
+from harness.atomic import write_text
 from harness.results import PROJECT_ROOT
 from harness.shared_data import require_shared_file
 from harness.specs import model_spec_from_dict
@@ -174,10 +174,7 @@ def main(args) -> int:
           "real, (!) = outside 20%. Within-request statistics over prompts of >= 16 tokens.\n\n"
           + render(m))
     out = Path(args.out or Path("results") / "characterize")
-    out.mkdir(parents=True, exist_ok=True)
-    tmp = out / f"calibration.md.tmp-{os.getpid()}"
-    tmp.write_text(md)
-    os.replace(tmp, out / "calibration.md")
+    write_text(out / "calibration.md", md)
     print(md)
     print(f"wrote {out / 'calibration.md'} in {time.perf_counter() - t0:.0f} s")
     return 0

@@ -10,8 +10,6 @@ Definitions of every statistic: docs/routing.md.
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import sys
 import time
 from pathlib import Path
@@ -24,6 +22,7 @@ from analysis.characterize import (
     request_sequences,
     spec_accuracy,
 )
+from harness.atomic import atomic_path, write_json, write_text
 
 ROWS = [  # (key, label, format)
     ("requests", "requests", "{}"),
@@ -118,21 +117,12 @@ def write_png(path: Path, name: str, st: dict) -> bool:
         ax[1, 1].set(title="K-means silhouette", xlabel="k", ylabel="mean silhouette")
     fig.suptitle(name)
     fig.tight_layout()
-    tmp = f"{path}.tmp-{os.getpid()}.png"
     try:
-        fig.savefig(tmp, dpi=90)
-        os.replace(tmp, path)
+        with atomic_path(path) as tmp:
+            fig.savefig(tmp, dpi=90, format="png")
     finally:
         plt.close(fig)
-        if os.path.exists(tmp):
-            os.remove(tmp)
     return True
-
-
-def _write_text(path: Path, text: str) -> None:
-    tmp = f"{path}.tmp-{os.getpid()}"
-    Path(tmp).write_text(text)
-    os.replace(tmp, path)
 
 
 def load_sequences(path: str, model: str | None, duplicates: str):
@@ -195,11 +185,11 @@ def main(argv: list[str]) -> int:
     png = write_png(out / "characterize.png", name, st)
     if not png:
         md += "\n(no PNG: matplotlib is not installed; pip install 'moe-offload-bench[plots]')\n"
-    _write_text(out / "characterize.md", md)
+    write_text(out / "characterize.md", md)
     plain = {key: st.get(key) for key, _, _ in ROWS}
     plain.update({f"reuse_lag{d}": st.get(f"reuse_lag{d}") for d in LAGS})
     plain["reuse_distance_cdf"] = st.get("reuse_distance_cdf")
-    _write_text(out / "characterize.json", json.dumps(plain, indent=1, sort_keys=True) + "\n")
+    write_json(out / "characterize.json", plain)
     print(md)
     print(f"wrote {out}/characterize.md, .json{', .png' if png else ''} in "
           f"{time.perf_counter() - t0:.1f} s")

@@ -38,7 +38,7 @@ def main(argv: list[str]) -> int:
     for name in system_names():
         system = build_target(compose_config(base + [f"system={name}"])["system"], "system",
                               System)
-        if getattr(system, "needs_all_experts", False) and (
+        if system.needs_all_experts and (
                 plan.expert_cache_bytes < model.total_expert_bytes):
             print(f"{name:<16}{'oom':>12}")
             continue

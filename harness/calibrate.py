@@ -19,7 +19,6 @@ beside it, both written atomically.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import re
@@ -32,6 +31,7 @@ from pathlib import Path
 import numpy as np
 import yaml
 
+from harness.atomic import write_json, write_text
 from harness.backend_sim import SimBackend
 from harness.results import PROJECT_ROOT
 from harness.specs import HardwareSpec, ModelSpec, hardware_spec_from_dict, model_spec_from_dict
@@ -285,24 +285,14 @@ def calibrate(model: str = "deepseek_v2_lite", device: str = "cpu", threads: int
                   "wall_s": time.perf_counter() - t0, "profile": profile})
     base = Path(out_dir) if out_dir else PROJECT_ROOT / "results" / "calibration" / host
     folder = base / "hardware"
-    folder.mkdir(parents=True, exist_ok=True)
     yaml_path, json_path = folder / f"{name}.yaml", folder / f"{name}.sweep.json"
     head = (f"# Calibrated by `moebench calibrate` on {socket.gethostname()} ({device}, "
             f"torch.set_num_threads({threads}), {sweep['dtype']}).\n"
             f"# Measured sweep: {json_path.name}. Overheads = measured - SimBackend roofline.\n")
     if not device.startswith("cuda"):
         head += "# CPU: h2d_* is a host memory copy (no device), gpu_mem_gb is host RAM.\n"
-    texts = {json_path: json.dumps(sweep, indent=1, sort_keys=True) + "\n",
-             yaml_path: head + yaml.safe_dump(profile, sort_keys=False)}
-    tmps = {final: final.with_name(f".{final.name}.tmp-{os.getpid()}") for final in texts}
-    try:
-        for final, text in texts.items():
-            tmps[final].write_text(text)
-        for final, tmp in tmps.items():
-            os.replace(tmp, final)
-    finally:
-        for tmp in tmps.values():
-            tmp.unlink(missing_ok=True)
+    write_json(json_path, sweep)
+    write_text(yaml_path, head + yaml.safe_dump(profile, sort_keys=False))
     return {"profile": profile, "sweep": sweep, "yaml_path": yaml_path, "json_path": json_path}
 
 

@@ -34,19 +34,16 @@ def _describe(result: dict) -> str:
             f"stall {m['gpu_stall_ms_per_token']:.1f} ms/token -> {result['_run_dir']}")
 
 
-# Overrides that do not change what a run computes are left out of its folder name.
-_NAME_EXCLUDED = ("experiment", "experiment_name", "results_dir", "progress", "run_name")
+def _sweep_dir(results_dir: str, experiment_name: str) -> str:
+    """hydra.sweep.dir: checked before Hydra creates it, so a sweep cannot write outside."""
+    from harness.store import check_component
 
-
-def default_run_name(task_overrides, system: str) -> str:
-    """`lru` for a plain run; `lru,hardware.h2d_gbps=16` when other settings are overridden,
-    so the runs of a sweep never overwrite each other."""
-    parts = [system]
-    for item in sorted(task_overrides):
-        key = item.split("=", 1)[0].lstrip("+~")
-        if key != "system" and key not in _NAME_EXCLUDED:
-            parts.append(item.lstrip("+~").replace("/", "_"))
-    return ",".join(parts)
+    try:
+        check_component("experiment_name", experiment_name)
+    except SpecError as exc:
+        print(f"moebench: error: {exc}", file=sys.stderr)
+        sys.exit(2)
+    return f"{results_dir}/{experiment_name}"
 
 
 def _hydra_main() -> None:
@@ -56,15 +53,22 @@ def _hydra_main() -> None:
 
     from harness.results import PROJECT_ROOT
 
+    OmegaConf.register_new_resolver("moebench_sweep_dir", _sweep_dir, replace=True)
+
     @hydra.main(config_path=str(PROJECT_ROOT / "conf"), config_name="config", version_base="1.3")
     def task(cfg: DictConfig) -> None:
+        from harness.results import config_hash
         from harness.run import run_config
+        from harness.runconfig import check_before_naming
+        from harness.store import default_run_name
 
         plain = OmegaConf.to_container(cfg, resolve=True)
-        if plain.get("run_name") is None:
-            plain["run_name"] = default_run_name(HydraConfig.get().overrides.task,
-                                                 HydraConfig.get().runtime.choices["system"])
         try:
+            check_before_naming(plain)  # an unknown key or a NaN must not enter the name
+            if plain.get("run_name") is None:
+                plain["run_name"] = default_run_name(
+                    HydraConfig.get().overrides.task, HydraConfig.get().runtime.choices["system"],
+                    config_hash(plain))
             result = run_config(plain)
         except (SpecError, TraceError) as exc:
             print(f"moebench: error: {exc}", file=sys.stderr)

@@ -12,13 +12,13 @@ sit in host memory, so the row measures DeepSpeed's overhead, not offloading (it
 
 from __future__ import annotations
 
-import json
 import os
 import statistics
 import sys
 import time
 from pathlib import Path
 
+from harness.atomic import write_json
 from harness.record import RecordConfig, load_model, load_texts, parse_args, token_ids
 from harness.results import PROJECT_ROOT
 
@@ -133,12 +133,7 @@ def write_row(row: dict, out_dir: str | os.PathLike | None = None) -> Path:
     """results/deepspeed_ref/<model>/result.json, written atomically."""
     slug = row["model"]["name"].replace("/", "_").replace(":", "-")
     folder = Path(out_dir) if out_dir else PROJECT_ROOT / "results" / "deepspeed_ref" / slug
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / "result.json"
-    tmp = folder / f".result.json.tmp-{os.getpid()}"
-    tmp.write_text(json.dumps(row, indent=1, sort_keys=True) + "\n")
-    os.replace(tmp, path)
-    return path
+    return write_json(folder / "result.json", row)
 
 
 def main(argv: list[str]) -> int:

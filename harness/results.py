@@ -1,9 +1,11 @@
 """Result files: result.json (schema v1) and per-access / per-token / per-transfer parquet.
 
-A run directory is written whole into a temporary sibling and renamed into place, so a
-failed run leaves no partial result behind. result.json is written with sorted keys and a
-fixed indent; everything except its `timing` block is byte-identical for the same config
-and seed.
+A run directory is written whole into a hidden temporary sibling and swapped into place in
+one step (harness/atomic.py), so a failed or killed run leaves no partial result behind and
+never removes the previous complete one. The caller holds the run folder's lock
+(harness/store.py). result.json is written with sorted keys and a fixed indent; everything
+except its `timing` and `environment` blocks is byte-identical for the same config, seed and
+code on any machine.
 """
 
 from __future__ import annotations
@@ -11,18 +13,20 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
-import subprocess
-import sys
-from importlib import metadata
+import time
 from pathlib import Path
 
 import numpy as np
+
+from harness.atomic import atomic_dir
 
 RESULT_SCHEMA_VERSION = "1.0"
 PARQUET_SCHEMA_VERSION = "1.0"
 # Config keys that change where or how a run is shown, not what it computes.
 NON_SEMANTIC_KEYS = ("progress", "results_dir", "run_name", "experiment_name", "wandb")
+# Test-only: seconds to sleep between the parquet files and result.json, so a test can kill a
+# writer provably inside the write (tests/test_store.py). Unset in normal use.
+PAUSE_ENV = "MOEBENCH_TEST_PAUSE_IN_WRITE_S"
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -34,30 +38,6 @@ def canonical_json(obj) -> str:
 def config_hash(config: dict) -> str:
     semantic = {k: v for k, v in config.items() if k not in NON_SEMANTIC_KEYS}
     return hashlib.sha256(canonical_json(semantic).encode()).hexdigest()
-
-
-def git_info() -> dict:
-    def git(*args):
-        return subprocess.run(["git", *args], cwd=PROJECT_ROOT, capture_output=True,
-                              text=True, timeout=10)
-    try:
-        sha = git("rev-parse", "HEAD")
-        if sha.returncode != 0:
-            return {"sha": None, "dirty": None}
-        status = git("status", "--porcelain", "--untracked-files=no")
-        return {"sha": sha.stdout.strip(), "dirty": bool(status.stdout.strip())}
-    except (OSError, subprocess.SubprocessError):
-        return {"sha": None, "dirty": None}
-
-
-def package_versions() -> dict:
-    out = {"python": ".".join(map(str, sys.version_info[:3]))}
-    for name in ("moe-offload-bench", "numpy", "pyarrow", "hydra-core", "omegaconf"):
-        try:
-            out[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            out[name] = None
-    return out
 
 
 def _parquet(columns: dict[str, np.ndarray], path: Path, schema_name: str, run_id: str,
@@ -81,30 +61,17 @@ def _parquet(columns: dict[str, np.ndarray], path: Path, schema_name: str, run_i
 
 def write_run(run_dir: Path, result: dict, tables: dict | None,
               request_ids: list[str] | None = None) -> Path:
-    """Write result.json (+ parquet tables) atomically into run_dir; returns run_dir."""
+    """Write result.json (+ parquet tables) into a temporary sibling, then swap it in."""
     run_dir = Path(run_dir)
-    run_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = run_dir.parent / f".{run_dir.name}.tmp-{os.getpid()}"
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    tmp.mkdir()
-    try:
+    with atomic_dir(run_dir) as tmp:
         if tables is not None:
             run_id = result["run_id"]
             for name in ("accesses", "tokens", "transfers"):
                 _parquet(tables[name], tmp / f"{name}.parquet", name, run_id, request_ids)
+        if os.environ.get(PAUSE_ENV):
+            time.sleep(float(os.environ[PAUSE_ENV]))
         text = json.dumps(result, sort_keys=True, indent=1, ensure_ascii=True, allow_nan=False)
         (tmp / "result.json").write_text(text + "\n")
-        if run_dir.exists():
-            old = run_dir.parent / f".{run_dir.name}.old-{os.getpid()}"
-            os.replace(run_dir, old)
-            os.replace(tmp, run_dir)
-            shutil.rmtree(old)
-        else:
-            os.replace(tmp, run_dir)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp)
     return run_dir
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import importlib
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
@@ -13,17 +13,13 @@ from harness.backend_sim import SimBackend
 from harness.engine import Engine, EngineError
 from harness.memory import plan_memory
 from harness.metrics import summarize
-from harness.results import (
-    RESULT_SCHEMA_VERSION,
-    canonical_json,
-    config_hash,
-    git_info,
-    package_versions,
-    write_run,
-)
+from harness.provenance import code_version, environment, run_id
+from harness.results import RESULT_SCHEMA_VERSION, canonical_json, config_hash, write_run
+from harness.runconfig import check_run_config
 from harness.specs import SpecError, hardware_spec_from_dict, model_spec_from_dict
+from harness.store import RunLock
 from harness.trace import Trace, TraceError, read_trace
-from systems.base import System
+from systems.base import KnobError, System
 
 ALLOWED_TARGET_PREFIXES = ("systems.", "workloads.", "harness.", "analysis.")
 _TRACE_MEMO: dict[str, Trace] = {}  # multirun jobs in one process share generated traces
@@ -49,7 +45,9 @@ def build_target(node: dict, where: str, base: type | None = None):
         raise SpecError(f"{where}._target_: {target!r} is not a {base.__name__}")
     try:
         return cls(**node)
-    except TypeError as exc:
+    except KnobError as exc:  # the message starts with the knob: `system.slots_per_layer: ...`
+        raise SpecError(f"{where}.{exc}") from exc
+    except (TypeError, ValueError) as exc:
         raise SpecError(f"{where}: {exc}") from exc
 
 
@@ -71,7 +69,10 @@ def load_routing(cfg: dict, model, split: str, num_requests: int | None = None) 
         synth_cfg = build_target(workload, "workload")
         from workloads.synthetic import generate_trace
 
-        _TRACE_MEMO[key] = generate_trace(model, synth_cfg)
+        try:
+            _TRACE_MEMO[key] = generate_trace(model, synth_cfg)
+        except ValueError as exc:  # the workload's own checks name their `workload.` key
+            raise SpecError(str(exc)) from exc
     return _TRACE_MEMO[key]
 
 
@@ -103,91 +104,97 @@ def _trace_info(tr: Trace | None, system: System | None = None) -> dict | None:
     return info
 
 
-def _slo(cfg: dict) -> tuple[float, float]:
-    """(slo_ttft_ms, slo_tpot_ms); defaults: MLPerf Inference's Mixtral-8x7B server scenario."""
-    out = []
-    for key, default in (("slo_ttft_ms", 2000.0), ("slo_tpot_ms", 200.0)):
-        value = cfg.get(key, default)
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-            raise SpecError(f"{key}: must be a number > 0, got {value!r}")
-        out.append(float(value))
-    return out[0], out[1]
+def _build_system(cfg: dict) -> System:
+    return build_target(cfg["system"], "system", System)
+
+
+def _engine(model, hw, trace, system, plan, max_batch: int, progress: bool) -> Engine:
+    """Build the engine, which binds the system: a knob out of range for this model or budget
+    is an input error (exit 2, nothing written), not a failed run."""
+    try:
+        return Engine(model, SimBackend(model, hw), trace, system, plan.expert_cache_bytes,
+                      max_batch, progress=progress)
+    except KnobError as exc:
+        raise SpecError(f"system.{exc}") from exc
+
+
+def _oom_reason(model, hw, plan, system) -> str | None:
+    if plan.available_bytes <= 0:
+        return f"dense weights, KV cache and reserve need more than {hw.gpu_mem_gb} GiB"
+    if plan.expert_cache_bytes < model.expert_bytes:
+        return (f"the {plan.expert_cache_bytes / 2**30:.3f} GiB left for experts holds no "
+                f"expert ({model.expert_bytes} bytes each)")
+    if system.needs_all_experts and plan.expert_cache_bytes < model.total_expert_bytes:
+        return (f"all experts need {model.total_expert_bytes / 2**30:.2f} GiB; the GPU leaves "
+                f"{plan.expert_cache_bytes / 2**30:.2f} GiB for them")
+    return None
 
 
 def run_config(cfg: dict) -> dict:
-    """Run one configuration; writes results/<experiment>/<run>/ and returns result.json."""
+    """Run one configuration; writes results/<experiment>/<run>/ and returns result.json.
+
+    Every input is checked before the run folder's lock is taken, so a bad input exits with
+    SpecError / TraceError and leaves the results folder as it was."""
     t_wall = time.perf_counter()
+    run_dir = check_run_config(cfg)
     model = model_spec_from_dict(cfg["model"], "model")
     hw = hardware_spec_from_dict(cfg["hardware"], "hardware")
-    system = build_target(cfg["system"], "system", System)
+    system = _build_system(cfg)
     max_batch = cfg["max_batch"]
-    if isinstance(max_batch, bool) or not isinstance(max_batch, int) or max_batch < 1:
-        raise SpecError(f"max_batch: must be an integer >= 1, got {max_batch!r}")
-    slo = _slo(cfg)
     trace = _check_shape(load_routing(cfg, model, "measure"), model)
     max_ctx = int(np.max(trace.prompt_len.astype(np.int64) + trace.output_len))
     plan = plan_memory(model, hw, max_ctx, max_batch, cfg.get("expert_cache_gb"))
-    calib = None
+    code, config_sha = code_version(), config_hash(cfg)
     result = {
-        "schema_version": RESULT_SCHEMA_VERSION,
-        "run_id": config_hash(cfg)[:16],
+        "schema_version": RESULT_SCHEMA_VERSION, "run_id": run_id(config_sha, code),
         "experiment": cfg.get("experiment_name"), "run_name": cfg.get("run_name"),
-        "config": cfg, "config_sha256": config_hash(cfg),
-        "git": git_info(), "packages": package_versions(), "seed": int(cfg["seed"]),
+        "config": cfg, "config_sha256": config_sha, "git": code,
+        "environment": environment(), "seed": cfg["seed"],
         "backend": "sim", "simulated": True,
         "model": model.summary(), "hardware": hw.name, "system": system.describe(),
         "memory": plan.as_dict(), "status": "valid", "reason": None, "metrics": None,
     }
-    tables, warmup_s, run_s = None, 0.0, 0.0
+    tables, warmup_s, run_s, engine, calib = None, 0.0, 0.0, None, None
     t_engine = time.perf_counter()
-    if plan.available_bytes <= 0:
-        result["status"], result["reason"] = "oom", (
-            f"dense weights, KV cache and reserve need more than {hw.gpu_mem_gb} GiB")
-    elif plan.expert_cache_bytes < model.expert_bytes:
-        result["status"], result["reason"] = "oom", (
-            f"the {plan.expert_cache_bytes / 2**30:.3f} GiB left for experts holds no expert "
-            f"({model.expert_bytes} bytes each)")
-    elif getattr(system, "needs_all_experts", False) and (
-            plan.expert_cache_bytes < model.total_expert_bytes):
-        result["status"], result["reason"] = "oom", (
-            f"all experts need {model.total_expert_bytes / 2**30:.2f} GiB; the GPU leaves "
-            f"{plan.expert_cache_bytes / 2**30:.2f} GiB for them")
+    oom = _oom_reason(model, hw, plan, system)
+    if oom:
+        result["status"], result["reason"] = "oom", oom
     else:
         if type(system).warmup is not System.warmup:
             calib = _check_shape(
-                load_routing(cfg, model, "calibration", cfg.get("calibration_requests")), model)
-        try:
-            engine = Engine(model, SimBackend(model, hw), trace, system,
-                            plan.expert_cache_bytes, max_batch,
-                            progress=bool(cfg.get("progress", False)))
-            if calib is not None:
-                t_warm = time.perf_counter()
-                system.warmup(calib)
-                warmup_s = time.perf_counter() - t_warm
-            t_run = time.perf_counter()
-            rec = engine.run()
-            run_s = time.perf_counter() - t_run
-        except (EngineError, ValueError) as exc:
-            result["status"], result["reason"] = "failed", f"{type(exc).__name__}: {exc}"
-        else:
-            tables = rec.tables()
-            result["metrics"] = summarize(tables, trace.arrival_ms, model.expert_bytes,
-                                          *slo)
-            result["metrics"]["peak_expert_cache_bytes"] = int(rec.peak_cache_bytes)
-            # Diagnostics that are not per-access facts (not in the parquet files).
-            result["engine"] = {"prefetches_dropped": int(rec.prefetch_dropped)}
-            result["system"] = system.describe()
-    result["trace"] = _trace_info(trace, system)
-    result["calibration_trace"] = _trace_info(calib)
-    engine_s = time.perf_counter() - t_engine
-    n_acc = result["metrics"]["accesses"] if result["metrics"] else 0
-    result["timing"] = {
-        "created_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "wall_s": time.perf_counter() - t_wall, "engine_s": engine_s, "warmup_s": warmup_s,
-        "engine_run_s": run_s, "accesses_per_s": n_acc / run_s if run_s > 0 else None,
-        "policy_s": engine.policy_s if tables is not None else None,
-    }
-    run_dir = Path(cfg["results_dir"]) / str(cfg["experiment_name"]) / str(cfg["run_name"])
-    write_run(run_dir, result, tables, trace.request_ids)
+                load_routing(cfg, model, "calibration", cfg["calibration_requests"]), model)
+        engine = _engine(model, hw, trace, system, plan, max_batch, cfg["progress"])
+    with RunLock(run_dir):
+        if engine is not None:
+            try:
+                if calib is not None:
+                    t_warm = time.perf_counter()
+                    system.warmup(calib)
+                    warmup_s = time.perf_counter() - t_warm
+                t_run = time.perf_counter()
+                rec = engine.run()
+                run_s = time.perf_counter() - t_run
+            except (EngineError, ValueError) as exc:
+                result["status"], result["reason"] = "failed", f"{type(exc).__name__}: {exc}"
+            else:
+                tables = rec.tables()
+                result["metrics"] = summarize(tables, trace.arrival_ms, model.expert_bytes,
+                                              float(cfg["slo_ttft_ms"]),
+                                              float(cfg["slo_tpot_ms"]))
+                result["metrics"]["peak_expert_cache_bytes"] = int(rec.peak_cache_bytes)
+                # Diagnostics that are not per-access facts (not in the parquet files).
+                result["engine"] = {"prefetches_dropped": int(rec.prefetch_dropped)}
+                result["system"] = system.describe()
+        result["trace"] = _trace_info(trace, system)
+        result["calibration_trace"] = _trace_info(calib)
+        n_acc = result["metrics"]["accesses"] if result["metrics"] else 0
+        result["timing"] = {
+            "created_utc": datetime.now(UTC).isoformat(timespec="seconds"),
+            "wall_s": time.perf_counter() - t_wall, "engine_s": time.perf_counter() - t_engine,
+            "warmup_s": warmup_s, "engine_run_s": run_s,
+            "accesses_per_s": n_acc / run_s if run_s > 0 else None,
+            "policy_s": engine.policy_s if tables is not None else None,
+        }
+        write_run(run_dir, result, tables, trace.request_ids)
     result["_run_dir"] = str(run_dir)
     return result

@@ -11,14 +11,13 @@ host copy stands in for the link).
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import time
 from pathlib import Path
 
 import numpy as np
 import yaml
 
+from harness.atomic import write_json
 from harness.backend_sim import SimBackend
 from harness.config import compose_config
 from harness.engine import Engine
@@ -209,10 +208,6 @@ def main(argv: list[str]) -> int:
           f"{out['stall_ms_per_token_real']:.3f}  MAPE "
           f"{'n/a (no real stall)' if sm is None else f'{sm:.1f}%'}")
     if args.out:
-        path = Path(args.out) / "validate.json"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps(out, indent=1, sort_keys=True) + "\n")
-        os.replace(tmp, path)
+        path = write_json(Path(args.out) / "validate.json", out)
         print(f"  wrote {path}")
     return 0

@@ -104,7 +104,7 @@ def test_other_seed_changes_the_trace(two_processes, tmp_path):
 def test_result_json_provenance(two_processes):
     res = [json.loads((p / "result.json").read_text()) for p in two_processes]
     r = res[0]
-    for key in ("schema_version", "run_id", "config", "config_sha256", "git", "packages",
+    for key in ("schema_version", "run_id", "config", "config_sha256", "git", "environment",
                 "seed", "trace", "status", "metrics", "timing", "simulated"):
         assert key in r, key
     assert r["schema_version"].split(".")[0] == "1"
@@ -132,9 +132,10 @@ def test_result_json_provenance(two_processes):
                               text=True)
         assert kind.stdout.strip() == "commit"
         assert isinstance(r["git"]["dirty"], bool)
-    assert r["packages"]["numpy"] == np.__version__
-    assert r["packages"]["python"] == ".".join(map(str, sys.version_info[:3]))
-    assert "pyarrow" in r["packages"] and "hydra-core" in r["packages"]
+    packages = r["environment"]["packages"]
+    assert packages["numpy"] == np.__version__
+    assert packages["python"] == ".".join(map(str, sys.version_info[:3]))
+    assert "pyarrow" in packages and "hydra-core" in packages
 
 
 def test_memory_plan_by_hand(two_processes):
@@ -380,14 +381,3 @@ def test_every_experiment_smoke_runs(tmp_path, experiment):
     assert (tmp_path / exp_name / "smoke" / "result.json").is_file()
     if r["status"] == "valid":
         assert r["metrics"]["tokens"] == 2 * 3
-
-
-def test_default_run_names_keep_sweep_runs_apart():
-    from harness.cli import default_run_name
-
-    assert default_run_name([], "lru") == "lru"
-    assert default_run_name(["experiment=table1", "system=lru"], "lru") == "lru"
-    a = default_run_name(["system=lru", "hardware.h2d_gbps=16"], "lru")
-    b = default_run_name(["system=lru", "hardware.h2d_gbps=32"], "lru")
-    assert a == "lru,hardware.h2d_gbps=16" and a != b
-    assert default_run_name(["+hardware.foo=1", "progress=false"], "lru") == "lru,hardware.foo=1"
