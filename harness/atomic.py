@@ -111,6 +111,12 @@ def write_text(path: Path | str, text: str) -> Path:
     return Path(path)
 
 
+def write_bytes(path: Path | str, data: bytes) -> Path:
+    with atomic_path(path) as tmp:
+        tmp.write_bytes(data)
+    return Path(path)
+
+
 def write_json(path: Path | str, obj) -> Path:
     """Sorted keys, one-space indent, ASCII, no NaN: the same object gives the same bytes."""
     return write_text(path, json.dumps(obj, sort_keys=True, indent=1, ensure_ascii=True,

@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from harness.atomic import atomic_path
+
 FORMAT_NAME = "moe-offload-bench-trace"
 FORMAT_VERSION = "1.0"
 OPTIONAL_FIELDS = ("weights", "probs", "spec_topk", "embeddings", "prompts")
@@ -331,21 +333,15 @@ def trace_from_routing(meta: dict, requests: list[dict], source: str = "<memory>
 # ---- file I/O ---------------------------------------------------------------------------
 
 def write_trace(tr: Trace, path: str | os.PathLike) -> str:
-    """Write atomically (temp file + rename); returns the content sha256."""
+    """Write atomically (hidden temporary sibling + rename, harness/atomic.py); returns the
+    content sha256."""
     tr.validate()
     tr._sha = None  # arrays may have been edited since the checksum was last computed
     arrays = {name: getattr(tr, name) for name in ARRAY_FIELDS if getattr(tr, name) is not None}
     header = _canonical_json(tr._header(with_sha=True)).encode()
     arrays["header_json"] = np.frombuffer(header, dtype=np.uint8)
-    path = os.fspath(path)
-    tmp = f"{path}.tmp-{os.getpid()}"
-    try:
-        with open(tmp, "wb") as fh:
-            np.savez_compressed(fh, **arrays)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
+    with atomic_path(path) as tmp, open(tmp, "wb") as fh:
+        np.savez_compressed(fh, **arrays)
     return tr.content_sha256()
 
 

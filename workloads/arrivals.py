@@ -25,7 +25,6 @@ import hashlib
 import math
 import os
 import re
-import tempfile
 import urllib.request
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -33,6 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
+from harness.atomic import write_bytes
 from harness.rng import stream
 from harness.specs import SpecError
 
@@ -159,14 +159,7 @@ def azure_trace_path(kind: str, path: str | None, *, download: bool = True,
     except OSError as exc:  # URLError, timeouts, DNS failure: offline
         raise ArrivalError(f"workload.arrivals.path is not set and {url} could not be "
                            f"downloaded ({exc}); {hint}") from None
-    local.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.NamedTemporaryFile(dir=local.parent, delete=False) as tmp:
-        try:
-            tmp.write(body)
-        except OSError:
-            os.unlink(tmp.name)
-            raise
-    os.replace(tmp.name, local)  # atomic: no partial file under the cached name
+    write_bytes(local, body)  # atomic: no partial file under the cached name
     return local, url
 
 
