@@ -56,6 +56,8 @@ class Engine:
         self.copy_free_ms = 0.0
         self.copy_ms = backend.expert_copy_ms
         self.policy_s = 0.0
+        # system.prefetch=false: propose_prefetch is never asked, the queue stays empty
+        self._asks = bool(system.prefetch)
         self._wants_done = type(system).on_expert_done is not System.on_expert_done
         self._wants_load = type(system).on_load is not System.on_load
         self._expert_ms_memo: dict[int, float] = {}  # tokens -> expert call ms
@@ -233,7 +235,7 @@ class Engine:
         self.rec.iteration(info.index, info.kind, start, now, members)
         t0 = time.perf_counter()
         self.system.on_step_end(info, now)
-        proposal = self.system.propose_prefetch(now)
+        proposal = self.system.propose_prefetch(now) if self._asks else None
         self.policy_s += time.perf_counter() - t0
         self._set_queue(proposal, now)
         return now
@@ -284,7 +286,7 @@ class Engine:
             return now
         t0 = time.perf_counter()
         self.system.on_layer_routed(LayerRouting(info, layer, experts, counts, index, blocks), now)
-        proposal = self.system.propose_prefetch(now)
+        proposal = self.system.propose_prefetch(now) if self._asks else None
         self.policy_s += time.perf_counter() - t0
         self._set_queue(proposal, now)
         cache, base = self.cache, layer * self.E
@@ -392,7 +394,7 @@ class Engine:
     def _unblock(self, deferred, order, base: int, now: float, layer: int) -> None:
         """Every runnable expert has run and demand fetches still wait: ask the system again."""
         t0 = time.perf_counter()
-        proposal = self.system.propose_prefetch(now)
+        proposal = self.system.propose_prefetch(now) if self._asks else None
         self.policy_s += time.perf_counter() - t0
         self._set_queue(proposal, now)
         self._advance(now)

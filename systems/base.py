@@ -134,6 +134,12 @@ class System:
     oracle = False  # True: receives the full trace (future routing) in bind()
     needs_all_experts = False  # True: the runner writes status "oom" unless every expert fits
     uses_fields: tuple[str, ...] = ()  # optional trace fields read; fallbacks in docs/systems.md
+    prefetch = True  # set per instance by __init__ (subclasses call super().__init__(prefetch))
+
+    def __init__(self, prefetch: bool = True):
+        # `system.prefetch=false` is the one switch that turns a system's prefetch off: the
+        # engine then never asks propose_prefetch, and systems may skip building proposals.
+        self.prefetch = bool_knob(prefetch, "prefetch")
 
     def bind(self, ctx: SystemContext) -> None:
         """Called once before the run."""
@@ -179,4 +185,5 @@ class System:
 
     def describe(self) -> dict:
         """Parameters recorded in result.json."""
-        return {"name": self.name, "label": self.label, "oracle": self.oracle}
+        return {"name": self.name, "label": self.label, "oracle": self.oracle,
+                "prefetch": self.prefetch}

@@ -25,7 +25,7 @@ from collections import OrderedDict
 import numpy as np
 
 from harness.blocks import block_expert_counts
-from systems.base import KnobError, System, bool_knob, float_knob, int_knob
+from systems.base import KnobError, System, float_knob, int_knob
 from systems.predictor import NextLayerPredictor, check_predictor_knobs
 
 MEDIUM, HIGH = 1, 2
@@ -54,9 +54,10 @@ class DiffMoE(System):
     def __init__(self, slots_per_layer: int | None = None, high_slots: int | None = None,
                  low_slots: int | None = None, max_val: float = 2.0, threshold: float = 1.0,
                  dec_in: float = 0.4, dec_out: float = 0.2, min_val: float | None = 0.0,
-                 predictor: bool = True, recency_grid=(0.0, 0.25, 0.5, 0.75),
+                 recency_grid=(0.0, 0.25, 0.5, 0.75),
                  holdout_fraction: float = 0.2, train_prefill_stride: int = 8,
-                 smoothing: float = 1.0):
+                 smoothing: float = 1.0, prefetch: bool = True):
+        super().__init__(prefetch)  # false: tiers only, no predictor
         int_knob(slots_per_layer, "slots_per_layer", lo=1, null="auto")
         int_knob(high_slots, "high_slots", lo=0, null="round(slots_per_layer / 3)")
         int_knob(low_slots, "low_slots", lo=1, null="2 * min(E, max_batch * top_k)")
@@ -66,13 +67,12 @@ class DiffMoE(System):
         self.dec_out = float_knob(dec_out, "dec_out", lo=0.0)
         self.min_val = float_knob(min_val, "min_val", hi=self.max_val, null="no floor",
                                   note="the floor cannot be above max_val")
-        self.use_predictor = bool_knob(predictor, "predictor")
         grid, _, _, _ = check_predictor_knobs(recency_grid, holdout_fraction,
                                               train_prefill_stride, smoothing)
         self.cfg = {"slots_per_layer": slots_per_layer, "high_slots": high_slots,
                     "low_slots": low_slots, "max_val": max_val, "threshold": threshold,
                     "dec_in": dec_in, "dec_out": dec_out, "min_val": min_val,
-                    "predictor": predictor, "recency_grid": list(grid),
+                    "recency_grid": list(grid),
                     "holdout_fraction": holdout_fraction,
                     "train_prefill_stride": train_prefill_stride, "smoothing": smoothing}
         self.pred: NextLayerPredictor | None = None
@@ -120,7 +120,7 @@ class DiffMoE(System):
                 self._set_tier(layer, e, HIGH if rank < self.high else MEDIUM)
             self.mpc_ids[layer] = np.array(sorted(self.mpc[layer]), dtype=np.intp)
         self.profiled = True
-        if self.use_predictor:
+        if self.prefetch:
             c = self.cfg
             self.pred = NextLayerPredictor(L, E, ctx.top_k, ctx.moe_layer_stacks,
                                            c["recency_grid"], c["holdout_fraction"],

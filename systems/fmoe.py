@@ -52,7 +52,9 @@ class FMoE(System):
 
     def __init__(self, prefetch_distance: int = 3, store_capacity: int = 1000,
                  match_us_per_map: float = 0.05, online_update: bool = True,
-                 semantic_same_kind: bool = True, protect_prefetched: bool = True):
+                 semantic_same_kind: bool = True, protect_prefetched: bool = True,
+                 prefetch: bool = True):
+        super().__init__(prefetch)  # false: maps still set eviction priorities, no prefetch
         self.d = int_knob(prefetch_distance, "prefetch_distance", lo=1)
         self.capacity = int_knob(store_capacity, "store_capacity", lo=1, hi=HISTORY_CAP)
         self.match_us_per_map = float_knob(match_us_per_map, "match_us_per_map", lo=0.0)

@@ -17,7 +17,8 @@ class LayerOffload(System):
     name = "layer_offload"
     label = "DeepSpeed ZeRO-Inference style (whole layers streamed, routing ignored)"
 
-    def __init__(self, stream_buffer_layers: int = 2):
+    def __init__(self, stream_buffer_layers: int = 2, prefetch: bool = True):
+        super().__init__(prefetch)  # false: streamed layers load on demand, none ahead
         # 0 leaves no room to stream a layer once the resident ones fill the cache
         self.stream_buffer_layers = int_knob(stream_buffer_layers, "stream_buffer_layers", lo=1)
 

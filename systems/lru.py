@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 
-from systems.base import System, bool_knob, int_knob
+from systems.base import System, int_knob
 
 
 class LRU(System):
@@ -20,10 +20,10 @@ class LRU(System):
     label = "Mixtral-Offloading (per-layer LRU + speculative next-layer prefetch)"
     uses_fields = ("spec_topk",)
 
-    def __init__(self, slots_per_layer: int | None = None, speculative: bool = True):
+    def __init__(self, slots_per_layer: int | None = None, prefetch: bool = True):
+        super().__init__(prefetch)
         self.slots_per_layer_cfg = int_knob(slots_per_layer, "slots_per_layer", lo=1,
                                             null="auto")
-        self.speculative = bool_knob(speculative, "speculative")
 
     def bind(self, ctx):
         super().bind(ctx)
@@ -39,7 +39,7 @@ class LRU(System):
                 null="auto", note=f"the model has {ctx.num_experts} experts per layer")
         self.layers = [OrderedDict() for _ in range(ctx.num_layers)]  # key -> None, LRU first
         self.proposal: list[int] | None = None
-        self.use_spec = self.speculative and "spec_topk" in ctx.trace_fields
+        self.use_spec = self.prefetch and "spec_topk" in ctx.trace_fields
 
     def on_layer_routed(self, routing, now_ms):
         layer, E = routing.layer, self.ctx.num_experts

@@ -123,10 +123,11 @@ class MoEInfinity(System):
     label = "MoE-Infinity (request-level EAM matching: prefetch and evict by predicted EAM)"
 
     def __init__(self, eamc_capacity: int = 1000, max_proposal: int = 8,
-                 learn_online: bool = True, own_weight: float = 0.5):
+                 learn_online: bool = True, own_weight: float = 0.5, prefetch: bool = True):
+        super().__init__(prefetch)
         self.own_weight = float_knob(own_weight, "own_weight", lo=0.0, hi=1.0)
         self.capacity = int_knob(eamc_capacity, "eamc_capacity", lo=1, hi=HISTORY_CAP)
-        self.max_proposal = int_knob(max_proposal, "max_proposal", lo=0)  # 0: no prefetch
+        self.max_proposal = int_knob(max_proposal, "max_proposal", lo=1)
         self.learn_online = bool_knob(learn_online, "learn_online")
         self.eamc: EAMC | None = None
         self.matches, self.best_cos_sum = 0, 0.0

@@ -68,7 +68,8 @@ class Oracle(System):
     label = "Belady MIN + earliest prefetch (bound; loads exact, latency heuristic)"
     oracle = True
 
-    def __init__(self, lookahead: int = 64):
+    def __init__(self, lookahead: int = 64, prefetch: bool = True):
+        super().__init__(prefetch)  # false: Belady MIN eviction with demand fetches only
         self.lookahead = int_knob(lookahead, "lookahead", lo=1)
 
     def bind(self, ctx):

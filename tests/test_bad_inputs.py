@@ -260,8 +260,8 @@ CONFIG = [
              "workload.prompt_len=8"),  # checked at bind, after the (small) trace
             r"system\.slots_per_layer: must be an integer in \[1, 64\] or null \(auto\), got "
             r"100000", "knob-lru-slots-beyond-experts"),
-    _config(("system=lru", "system.speculative=yes"),
-            r"system\.speculative: must be true or false, got 'yes'", "knob-lru-speculative"),
+    _config(("system=lru", "system.prefetch=yes"),
+            r"system\.prefetch: must be true or false, got 'yes'", "knob-prefetch-text"),
     _config(("system=fmoe", "system.prefetch_distance=0"),
             r"system\.prefetch_distance: must be an integer >= 1, got 0", "knob-fmoe-distance"),
     _config(("system=moe_infinity", "system.own_weight=1.5"),

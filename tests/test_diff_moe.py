@@ -103,7 +103,7 @@ CALIB = [[[0], [0], [1], [2]], [[3], [3], [2], [1]]]
 
 def _bound(**kw):
     model = tiny_model(layers=2, experts=4, top_k=1)
-    s = DiffMoE(slots_per_layer=2, high_slots=1, predictor=False, **kw)
+    s = DiffMoE(slots_per_layer=2, high_slots=1, prefetch=False, **kw)
     s.bind(_ctx(slots=6))
     s.warmup(_trace(model, CALIB))
     return s

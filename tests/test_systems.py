@@ -74,7 +74,7 @@ def test_on_demand_golden(slots, hits):
 # layer 1 (1 1 2 3 1 2 1 0): s=1 hit at the 2nd; s=2 at 2nd and 7th; s=3 at 2nd 5th 6th 7th.
 @pytest.mark.parametrize("per_layer,hits", [(1, 1), (2, 4), (3, 8)])
 def test_lru_golden_without_speculation(per_layer, hits):
-    got = _run(LRU(speculative=False), 2 * per_layer)
+    got = _run(LRU(prefetch=False), 2 * per_layer)
     assert got == {"hits": hits, "late": 0, "misses": 16 - hits, "loads": 16 - hits}
 
 
@@ -84,7 +84,7 @@ def test_lru_speculative_prefetch_turns_misses_into_prefetch_hits():
     model = tiny_model(layers=2, experts=4, top_k=1)
     trace = random_trace(model, 1, 1, 8, seed=3, with_spec=True)
     spec = _run(LRU(), 4, trace, model)
-    plain = _run(LRU(speculative=False), 4, trace, model)
+    plain = _run(LRU(prefetch=False), 4, trace, model)
     layer1_misses = _layer_misses(LRU(), 4, trace, model, layer=1)
     assert layer1_misses == 0
     assert spec["misses"] < plain["misses"]
@@ -147,7 +147,7 @@ def test_oracle_moves_no_more_bytes_than_any_system(seed, experts, layers, top_k
     # At least one layer's union of a step (prompt of 2 tokens: <= 2 * top_k experts).
     slots = max(2 * top_k, layers) + extra
     oracle = _run(Oracle(), slots, trace, model)["loads"]
-    for system in (OnDemand(), LRU(), LRU(speculative=False), LayerOffload()):
+    for system in (OnDemand(), LRU(), LRU(prefetch=False), LayerOffload()):
         assert oracle <= _run(system, slots, trace, model)["loads"], system.name
 
 
@@ -168,8 +168,8 @@ BAD_KNOBS = [
      "slots_per_layer: must be an integer >= 1 or null (auto), got 2.7"),
     (LRU, {"slots_per_layer": True},
      "slots_per_layer: must be an integer >= 1 or null (auto), got True"),
-    (LRU, {"speculative": 1}, "speculative: must be true or false, got 1"),
-    (LRU, {"speculative": "yes"}, "speculative: must be true or false, got 'yes'"),
+    (LRU, {"prefetch": 1}, "prefetch: must be true or false, got 1"),
+    (OnDemand, {"prefetch": "yes"}, "prefetch: must be true or false, got 'yes'"),
     (LayerOffload, {"stream_buffer_layers": 0},
      "stream_buffer_layers: must be an integer >= 1, got 0"),
     (LayerOffload, {"stream_buffer_layers": 1.5},
@@ -180,7 +180,7 @@ BAD_KNOBS = [
      "eamc_capacity: must be an integer in [1, 100000], got 0"),
     (MoEInfinity, {"eamc_capacity": 10**6},
      "eamc_capacity: must be an integer in [1, 100000], got 1000000"),
-    (MoEInfinity, {"max_proposal": -1}, "max_proposal: must be an integer >= 0, got -1"),
+    (MoEInfinity, {"max_proposal": 0}, "max_proposal: must be an integer >= 1, got 0"),
     (MoEInfinity, {"own_weight": 1.5},
      "own_weight: must be a finite number in [0.0, 1.0], got 1.5"),
     (MoEInfinity, {"own_weight": NAN},
@@ -208,7 +208,7 @@ BAD_KNOBS = [
     (DiffMoE, {"dec_out": "0.2"}, "dec_out: must be a finite number >= 0.0, got '0.2'"),
     (DiffMoE, {"min_val": 3.0}, "min_val: must be a finite number <= 2.0 or null (no floor), "
                                 "got 3.0 (the floor cannot be above max_val)"),
-    (DiffMoE, {"predictor": 1}, "predictor: must be true or false, got 1"),
+    (DiffMoE, {"prefetch": 1}, "prefetch: must be true or false, got 1"),
     (DiffMoE, {"recency_grid": []},
      "recency_grid: must be a non-empty list of finite numbers in [0.0, 1.0], got []"),
     (DiffMoE, {"recency_grid": [0.0, 1.5]},
@@ -259,9 +259,9 @@ def test_context_dependent_knob_is_refused_in_bind(cls, kwargs, message):
 
 
 def test_knob_checks_keep_valid_values():
-    lru = LRU(slots_per_layer=4, speculative=False)
+    lru = LRU(slots_per_layer=4, prefetch=False)
     lru.bind(_ctx())
-    assert lru.slots_per_layer == 4 and lru.speculative is False
+    assert lru.slots_per_layer == 4 and lru.prefetch is False
     auto = LRU()
     auto.bind(_ctx(slots=30))  # auto: floor(30 / 3) = 10, at most a layer's 4 experts
     assert auto.slots_per_layer == 4
