@@ -1,4 +1,4 @@
-"""Table 1 (MoE-Infinity): TPOT, GPU idle, hit rate and traffic per system, paper beside ours.
+"""Table 1 (MoE-Infinity): TPOT, GPU idle, decode hit rate and traffic per system, paper beside.
 
 Reads results/table1/<run>/result.json (analysis/runs.py checks that the runs belong in one
 table) and writes table1.md and table1.csv there. Swept keys become columns after `bound`;
@@ -18,7 +18,7 @@ from harness.atomic import write_text
 from harness.record import DEGENERATE_NOTE, RANDOM_SOURCE
 from harness.results import NON_SEMANTIC_KEYS
 
-METRICS = ["status", "tpot_mean_ms", "tpot_p99_ms", "gpu_idle_ms_per_token", "hit_rate",
+METRICS = ["status", "tpot_mean_ms", "tpot_p99_ms", "gpu_idle_ms_per_token", "hit_rate_decode",
            "h2d_gb_per_token", "paper_tpot_mean_ms", "paper_tpot_tail_ms", "paper_gpu_idle_ms"]
 ORDER = ["no_offload", "layer_offload", "on_demand", "lru", "moe_infinity", "fmoe", "diff_moe",
          "oracle"]
@@ -58,7 +58,7 @@ def row(result: dict, axes: list[str], varying: list[str]) -> dict:
         "tpot_mean_ms": m["tpot_ms"]["mean"] if valid else None,
         "tpot_p99_ms": m["tpot_ms"]["p99"] if valid else None,
         "gpu_idle_ms_per_token": m["decode_stall_ms_per_token"] if valid else None,
-        "hit_rate": m["hit_rate"] if valid else None,
+        "hit_rate_decode": m["hit_rate_decode"] if valid else None,
         "h2d_gb_per_token": m["h2d_gb_per_token"] if valid else None,
         "paper_tpot_mean_ms": paper.get("tpot_mean_ms"),
         "paper_tpot_tail_ms": paper.get("tpot_tail_ms"),
@@ -105,7 +105,8 @@ def header(runs: RunSet, varying: list[str]) -> list[str]:
         f"Model {say('model')} on {say('hardware')} with host-to-device "
         f"{say('h2d_gbps', ' GB/s')}; batch {say('batch')}; requests {say('requests')}; "
         f"expert cache {say('expert_cache_gib', ' GiB')}.",
-        "TPOT and GPU idle are per decoded token (ms); hit rate over expert accesses; "
+        "TPOT and GPU idle are per decoded token (ms); hit rate over the expert accesses of "
+        "decode iterations (prefill excluded, like TPOT); "
         "h2d in GB (1e9 B) per generated token; `bound`: true for a bound that reads the "
         "future (oracle), not a system. Definitions: docs/metrics.md.",
     ]

@@ -142,9 +142,8 @@ class Engine:
         self._driver = driver
         if driver is not None and self.max_batch != 1:
             raise EngineError("live runs support max_batch = 1 only")
-        self._preload(system.initial_residents())
+        now, index = self._preload(system.initial_residents()), 0  # serving starts after it
         sched = Scheduler(tr.arrival_ms, tr.output_len, self.max_batch)
-        now, index = 0.0, 0
         bar = _progress(tr.num_requests, system.name, self.progress)
         while not sched.done():
             nxt = sched.next_iteration(now)
@@ -181,7 +180,8 @@ class Engine:
                            int(tr.prompt_len[r]), int(tr.output_len[r]),
                            float(tr.arrival_ms[r]), emb, prompt)
 
-    def _preload(self, keys) -> None:
+    def _preload(self, keys) -> float:
+        """Timed copies back to back from 0 (docs/engine.md, "Preloads"); the last ready ms."""
         keys = list(dict.fromkeys(int(k) for k in keys))
         if len(keys) > self.cache.capacity_slots:
             raise EngineError(f"system {self.system.name} preloads {len(keys)} experts; the "
@@ -189,9 +189,12 @@ class Engine:
         for key in keys:
             if not 0 <= key < self.n_keys:
                 raise EngineError(f"system {self.system.name} preloads invalid key {key}")
-            self.cache.reserve(key, 0.0, self.rec.transfer(key, PRELOAD, 0.0, 0.0, 0.0, 0.0))
+            t = self.copy_free_ms
+            self.copy_free_ms = ready = t + self.copy_ms
+            self.cache.reserve(key, ready, self.rec.transfer(key, PRELOAD, 0.0, t, t, ready))
             if self._load_fn is not None:
                 self._load_fn(key, PRELOAD)
+        return self.copy_free_ms
 
     def _token_stats(self, members) -> dict[str, tuple[int, int, int]]:
         """Per stack: (new tokens, KV entries read, attention (query, key) pairs)."""

@@ -82,7 +82,7 @@ class Recorder:
             "need_ms": acc[:, 3],
             "start_ms": acc[:, 4],
             "stall_ms": acc[:, 4] - acc[:, 3],
-            "bytes": np.where(used_first & (kind != PRELOAD), self.expert_bytes, 0),
+            "bytes": np.where(used_first, self.expert_bytes, 0),
         }
         transfers = {
             "transfer_id": np.arange(len(tr), dtype=np.int64),

@@ -12,7 +12,7 @@ import numpy as np
 from harness.backend_sim import SimBackend
 from harness.engine import Engine, EngineError
 from harness.memory import plan_memory
-from harness.metrics import summarize
+from harness.metrics import spec_recall, summarize
 from harness.provenance import code_version, environment, run_id
 from harness.results import RESULT_SCHEMA_VERSION, canonical_json, config_hash, write_run
 from harness.runconfig import check_run_config
@@ -182,6 +182,8 @@ def run_config(cfg: dict) -> dict:
                                               float(cfg["slo_ttft_ms"]),
                                               float(cfg["slo_tpot_ms"]))
                 result["metrics"]["peak_expert_cache_bytes"] = int(rec.peak_cache_bytes)
+                result["metrics"]["spec_recall"] = (  # null unless the system reads guesses
+                    spec_recall(trace) if "spec_topk" in system.uses_fields else None)
                 # Diagnostics that are not per-access facts (not in the parquet files).
                 result["engine"] = {"prefetches_dropped": int(rec.prefetch_dropped)}
                 result["system"] = system.describe()

@@ -149,7 +149,8 @@ class System:
         """History-based systems build their history from a disjoint calibration trace."""
 
     def initial_residents(self) -> list[int]:
-        """Keys loaded before the first arrival (not timed, not counted in h2d bytes)."""
+        """Keys copied into the empty cache before serving starts (timed, counted in h2d
+        bytes; docs/engine.md, "Preloads")."""
         return []
 
     def on_request_start(self, request: RequestInfo, now_ms: float) -> None:

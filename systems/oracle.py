@@ -5,8 +5,9 @@ and the victim allow. Flagged `oracle: true`; reads the whole trace (future rout
 Its number of loads is MIN's (a true lower bound for any policy at the same budget, when
 the cache holds at least one layer's experts of a step); its latency is a heuristic (MIN
 minimises loads, not stall). The cache starts with the first `capacity` distinct experts of
-the sequence (what MIN would load first anyway, with no eviction), so like every system's
-preload they are not counted. Needs a schedule that does not depend on timing
+the sequence (what MIN would load first anyway, with no eviction); like every system's
+preload they are timed copies before serving, counted in h2d bytes, so its copies are MIN's
+loads. Needs a schedule that does not depend on timing
 (max_batch = 1 or every request arriving at once).
 """
 

@@ -7,7 +7,8 @@ import pytest
 from helpers import FixedBackend, meta_for, random_trace, tiny_model
 
 from harness.engine import Engine
-from harness.recorder import DEMAND, HIT, LATE, MISS, PREFETCH
+from harness.metrics import summarize
+from harness.recorder import DEMAND, HIT, LATE, MISS, PREFETCH, PRELOAD
 from harness.trace import trace_from_routing
 from systems.base import System
 from systems.layer_offload import LayerOffload
@@ -35,10 +36,12 @@ class Scripted(System):
         return out
 
 
-def test_two_layer_timeline_by_hand():
-    # 2 MoE layers, 4 experts, top-1; one request: prefill of 1 token then 1 decode step.
-    # Routing: iteration 0 -> experts 0 (layer 0), 3 (layer 1); iteration 1 -> 2, 1.
-    # Dense 1 ms, expert 1 ms, copy 1.5 ms. Keys: layer * 4 + expert.
+def two_layer_timeline():
+    """(model, trace, tables) of the run worked by hand below (also tests/test_policy_metrics.py).
+
+    2 MoE layers, 4 experts, top-1; one request: prefill of 1 token then 1 decode step.
+    Routing: iteration 0 -> experts 0 (layer 0), 3 (layer 1); iteration 1 -> 2, 1.
+    Dense 1 ms, expert 1 ms, copy 1.5 ms, 8 slots. Keys: layer * 4 + expert."""
     model = tiny_model(layers=2, experts=4, top_k=1)
     req = {"id": "a", "prompt_len": 1, "output_len": 2, "arrival_ms": 0.0,
            "routing": [[[[0]], [[3]]], [[[2]], [[1]]]]}
@@ -46,7 +49,11 @@ def test_two_layer_timeline_by_hand():
     system = Scripted({(0, 0): [6, 7], ("end", 0): [5]})
     engine = Engine(model, FixedBackend(copy_ms=1.5), trace, system,
                     capacity_bytes=8 * model.expert_bytes)
-    t = engine.run().tables()
+    return model, trace, engine.run().tables()
+
+
+def test_two_layer_timeline_by_hand():
+    _, _, t = two_layer_timeline()
     # Worked by hand:
     # it 0: dense L0 0..1. Routing at 1 queues [6, 7]; expert 0 is missing and its demand
     #   fetch goes ahead of the queued prefetches: key 0 copies 1..2.5. Expert 0 runs
@@ -71,6 +78,35 @@ def test_two_layer_timeline_by_hand():
     assert acc["start_ms"].tolist() == [2.5, 5.5, 9.5, 11.5]
     assert acc["stall_ms"].tolist() == [1.5, 1.0, 2.0, 0.0]
     assert t["tokens"]["time_ms"].tolist() == [6.5, 12.5]
+
+
+class Preloads(System):
+    name = "preloads"
+
+    def initial_residents(self):
+        return [0, 5, 0]  # deduplicated
+
+
+def test_preloads_are_timed_counted_copies_before_serving():
+    # Keys 0 and 5 copy back to back from time 0 (copy 1.5 ms): 0..1.5 and 1.5..3. Serving
+    # starts at 3 although the request arrived at 0: dense 3..4, expert 0 (hit) 4..5, dense
+    # 5..6, expert 1 (key 5, hit) 6..7. Both copies count as host-to-device bytes.
+    model = tiny_model(layers=2, experts=4, top_k=1)
+    req = {"id": "a", "prompt_len": 1, "output_len": 1, "arrival_ms": 0.0,
+           "routing": [[[[0]], [[1]]]]}
+    trace = trace_from_routing(meta_for(model), [req])
+    t = Engine(model, FixedBackend(copy_ms=1.5), trace, Preloads(),
+               capacity_bytes=4 * model.expert_bytes).run().tables()
+    tr = t["transfers"]
+    assert tr["key"].tolist() == [0, 5] and tr["kind"].tolist() == [PRELOAD, PRELOAD]
+    assert tr["issue_ms"].tolist() == tr["start_ms"].tolist() == [0.0, 1.5]
+    assert tr["ready_ms"].tolist() == [1.5, 3.0]
+    assert t["tokens"]["iteration_start_ms"].tolist() == [3.0]
+    assert t["tokens"]["time_ms"].tolist() == [7.0]
+    assert t["accesses"]["class"].tolist() == [HIT, HIT]
+    m = summarize(t, trace.arrival_ms, model.expert_bytes)
+    assert m["h2d_bytes"] == m["preload_bytes"] == 2 * model.expert_bytes
+    assert m["queue_ms"]["mean"] == 3.0 and m["ttft_ms"]["mean"] == 7.0
 
 
 def _check_timeline(tables, capacity_slots):

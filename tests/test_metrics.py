@@ -1,13 +1,14 @@
 """Every summary metric in result.json recomputed independently from the parquet files.
 
 Definitions (the metrics issue): an access is one (iteration, layer, expert) in the union of
-the iteration's tokens, classed hit / late / miss; hit rate = hits / accesses; prefetch
-precision = prefetch transfers used / issued; recall = accesses served by a prefetch that was
-not ready when the iteration began / accesses not ready when the iteration began; per request
+the iteration's tokens, classed hit / late / miss; hit rate = hits / accesses (also over
+prefill and decode iterations apart); prefetch precision = prefetch transfers used / issued;
+recall = first uses of prefetched copies that were ready / first uses of prefetched or
+demand-fetched copies; churn, prefetch counts and spec recall as tests/metric_refs.py; per request
 TTFT = first token - arrival, E2E = last token - arrival, TPOT = (E2E - TTFT) / (tokens - 1),
 reported as mean, p50, p90, p99 (numpy linear percentiles); tokens/s = tokens / (last token -
-first arrival); H2D bytes per token = non-preload transfer bytes / tokens; GPU stall per token =
-sum(start - need) / tokens (decode: over decode accesses and decode tokens).
+first arrival); H2D bytes per token = transfer bytes (timed preloads too) / tokens; GPU stall
+per token = sum(start - need) / tokens (decode: over decode accesses and decode tokens).
 
 The recomputation below reads only the parquet files, the trace (the run's input) and the
 config's arrival spacing, and joins tables by id itself rather than trusting joined columns.
@@ -20,6 +21,7 @@ import dataclasses
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
+from metric_refs import churn_reference, iterations, spec_recall_reference
 
 from harness.config import compose_config
 from harness.recorder import CLASS_NAMES, KIND_NAMES
@@ -36,10 +38,13 @@ TINY = ["workload.num_requests=4", "workload.prompt_len=16", "workload.output_le
 # (16.5 MiB each): decode iterations (<= 2 x 6 x 26 = 312 experts) can hit, prefills evict.
 # lru_file: the lru case's trace written to a file with every arrival 100 ms later and replayed
 # with routing=<file> (the first arrival is not 0, so makespan must subtract it).
+# lru_batch2: requests 5 ms apart at batch 2 in the 8 GiB cache: a request's prefill runs
+# between another's decode steps, and prefetches evict (churn is not vacuous).
 CASES = {
     "lru": ["system=lru", "workload.arrival_ms=40.0"],
     "lru_file": ["system=lru", "workload.arrival_ms=40.0"],
     "on_demand": ["system=on_demand", "max_batch=2", "expert_cache_gb=8"],
+    "lru_batch2": ["system=lru", "max_batch=2", "expert_cache_gb=8", "workload.arrival_ms=5.0"],
 }
 SHIFT_MS = 100.0
 REL = 1e-9
@@ -134,9 +139,8 @@ def test_accounting_identities(run):
     assert set(np.unique(acc["bytes"]).tolist()) <= {0, eb}
     assert m["expert_bytes"] == eb
     assert (tr["bytes"] == eb).all()
-    # Bytes are charged once per loaded copy, at its first use.
-    used_loads = (tr["first_use_access"] >= 0) & (tr["kind"] != PRELOAD)
-    assert int(acc["bytes"].sum()) == eb * int(used_loads.sum())
+    # Bytes are charged once per copy (preloads are copies too), at its first use.
+    assert int(acc["bytes"].sum()) == eb * int((tr["first_use_access"] >= 0).sum())
     assert m["misses"] > 0 and m["hits"] > 0  # the configuration exercises both
 
 
@@ -186,19 +190,77 @@ def test_counts_and_rates(run):
 
 
 def test_prefetch_recall(run):
+    # Would-be misses: accesses that are the first use of a prefetched or demand-fetched copy;
+    # turned into hits: those of class hit (a demand fetch's first use is its miss).
+    m, acc, tr = run["m"], run["acc"], run["tr"]
+    kind_of = dict(zip(tr["transfer_id"].tolist(), tr["kind"].tolist()))
+    first_use = set(tr["first_use_access"][tr["kind"] != PRELOAD].tolist()) - {-1}
+    would_miss = turned = 0
+    for a, (tid, cls) in enumerate(zip(acc["transfer_id"].tolist(), acc["class"].tolist())):
+        if a in first_use:
+            assert kind_of[tid] in (PREFETCH, DEMAND)
+            would_miss += 1
+            turned += cls == HIT
+    assert would_miss > 0
+    assert m["prefetch_recall"] == approx(turned / would_miss)
+
+
+def _in_prefill(table, tok) -> np.ndarray:
+    """Per row of an accesses or tokens table: its iteration is a prefill (from the tokens)."""
+    prefill = _prefill_iterations(tok)
+    return np.array([it in prefill for it in table["iteration"].tolist()], dtype=bool)
+
+
+def test_hit_rate_by_phase(run):
+    m, acc, tok = run["m"], run["acc"], run["tok"]
+    in_prefill = _in_prefill(acc, tok)
+    for phase, key in ((True, "hit_rate_prefill"), (False, "hit_rate_decode")):
+        cls = acc["class"][in_prefill == phase]
+        assert m[key] == approx(np.sum(cls == HIT) / len(cls))
+
+
+def test_prefetch_counts(run):
     m, acc, tr, tok = run["m"], run["acc"], run["tr"], run["tok"]
-    it_start = dict(zip(tok["iteration"].tolist(), tok["iteration_start_ms"].tolist()))
-    row_of = {int(t): i for i, t in enumerate(tr["transfer_id"])}
-    not_ready = served = 0
-    for it, tid in zip(acc["iteration"].tolist(), acc["transfer_id"].tolist()):
-        row = row_of[tid]
-        if tr["ready_ms"][row] > it_start[it]:
-            not_ready += 1
-            served += int(tr["kind"][row] == PREFETCH)
-    if not_ready:
-        assert m["prefetch_recall"] == approx(served / not_ready)
-    else:
-        assert m["prefetch_recall"] is None
+    its, prefill = iterations(tok), _prefill_iterations(tok)
+    used = unused = late = in_decode = 0
+    for kind, first, issue in zip(tr["kind"].tolist(), tr["first_use_access"].tolist(),
+                                  tr["issue_ms"].tolist()):
+        if kind != PREFETCH:
+            continue
+        used, unused = used + (first >= 0), unused + (first < 0)
+        late += first >= 0 and int(acc["class"][first]) == LATE
+        owner = max(i for i, (start, _) in its.items() if start <= issue)
+        in_decode += owner not in prefill
+    n_decode = sum(1 for it in tok["iteration"].tolist() if it not in prefill)
+    assert (m["prefetches_used"], m["prefetches_unused"], m["prefetches_late"]) == (
+        used, unused, late)
+    assert m["prefetches_late"] == m["late_prefetches"]  # a late access waits on a prefetch
+    assert m["prefetches_per_decode_token"] == approx(in_decode / n_decode)
+    assert m["unused_prefetch_bytes_per_token"] == approx(
+        unused * run["expert_bytes"] / len(tok["request"]))
+    if run["name"] == "on_demand":
+        assert m["prefetches_per_decode_token"] == 0.0 and m["prefetch_churn"] is None
+
+
+def test_prefetch_churn(run):
+    m = run["m"]
+    churned, total = churn_reference(run["tr"], run["tok"])
+    assert m["prefetch_churn"] == (approx(churned / total) if total else None)
+    if run["name"] == "lru_batch2":
+        assert 0 < churned < total  # the case exercises both sides of the rule
+        # and a request's previous iteration is not always the one before (a prefill between)
+        its = iterations(run["tok"])
+        step_it = {m: it for it, (_, ms) in its.items() for m in ms}
+        assert any(step_it[(r, s - 1)] != it - 1 for it, (_, ms) in its.items()
+                   for r, s in ms if s > 0)
+
+
+def test_spec_recall(run):
+    # lru reads spec_topk (the synthetic trace has it); on_demand reads no guesses.
+    want = spec_recall_reference(run["trace"]) if run["name"] != "on_demand" else None
+    assert run["m"]["spec_recall"] == (None if want is None else approx(want))
+    if run["name"] != "on_demand":
+        assert 0 < want < 1
 
 
 def _percentiles(values: list[float]) -> dict:
@@ -234,6 +296,9 @@ def test_latencies(run):
 def test_every_metric_is_covered(run):
     # A metric added to harness/metrics.py must get an independent recomputation here.
     covered = {"accesses", "hits", "late_prefetches", "misses", "hit_rate",
+               "hit_rate_decode", "hit_rate_prefill", "prefetch_churn", "prefetches_unused",
+               "prefetches_late", "prefetches_per_decode_token",
+               "unused_prefetch_bytes_per_token", "spec_recall",
                "prefetches_issued", "prefetches_used", "prefetch_precision", "prefetch_recall",
                "demand_fetches", "h2d_bytes", "h2d_bytes_per_token", "h2d_gb_per_token",
                "preload_bytes", "gpu_stall_ms", "gpu_stall_ms_per_token",
@@ -284,7 +349,7 @@ def test_throughput_and_bytes(run):
     makespan = float(tok["time_ms"].max()) - float(arrival.min())
     assert m["makespan_ms"] == approx(makespan)
     assert m["tokens_per_s"] == approx(n_tok / (makespan / 1000.0))
-    loads = int(tr["bytes"][tr["kind"] != PRELOAD].sum())
+    loads = int(tr["bytes"].sum())  # preloads are timed copies too
     assert m["h2d_bytes"] == loads
     assert m["h2d_bytes_per_token"] == approx(loads / n_tok)
     assert m["h2d_gb_per_token"] == approx(loads / n_tok / 1e9)
@@ -296,9 +361,7 @@ def test_throughput_and_bytes(run):
 
 def test_decode_stall(run):
     m, tok, acc = run["m"], run["tok"], run["acc"]
-    prefill = _prefill_iterations(tok)
-    is_pre_acc = np.array([it in prefill for it in acc["iteration"].tolist()], dtype=bool)
-    is_pre_tok = np.array([it in prefill for it in tok["iteration"].tolist()], dtype=bool)
+    is_pre_acc, is_pre_tok = _in_prefill(acc, tok), _in_prefill(tok, tok)
     assert np.array_equal(acc["prefill"], is_pre_acc)
     assert np.array_equal(tok["prefill"], is_pre_tok)
     decode_stall = float(np.sum((acc["start_ms"] - acc["need_ms"])[~is_pre_acc]))
@@ -312,7 +375,7 @@ def test_batching_shape(run):
     """The two cases really differ in the way they are meant to."""
     its = _iterations(run["tok"])
     widest = max(len(v) for v in its.values())
-    if run["name"] == "on_demand":
+    if run["name"] in ("on_demand", "lru_batch2"):
         assert widest == 2
         assert run["result"]["memory"]["expert_cache_bytes"] == 8 * 2**30
     else:

@@ -38,7 +38,7 @@ def test_table1_from_runs(tmp_path):
     rows = _rows(out)
     assert list(rows[0]) == [
         "system", "bound", "status", "tpot_mean_ms", "tpot_p99_ms", "gpu_idle_ms_per_token",
-        "hit_rate", "h2d_gb_per_token", "paper_tpot_mean_ms", "paper_tpot_tail_ms",
+        "hit_rate_decode", "h2d_gb_per_token", "paper_tpot_mean_ms", "paper_tpot_tail_ms",
         "paper_gpu_idle_ms"]
     by = {r["system"]: r for r in rows}
     assert by["oracle"]["bound"] == "true" and by["lru"]["bound"] == "false"
@@ -49,8 +49,13 @@ def test_table1_from_runs(tmp_path):
     assert by["on_demand"]["paper_tpot_mean_ms"] == ""
     assert by["no_offload"]["status"] == "oom" and by["no_offload"]["tpot_mean_ms"] == ""
     assert float(by["lru"]["tpot_mean_ms"]) > 0
+    # the hit rate column is the decode hit rate (prefill excluded, as in TPOT), 4 decimals
+    lru = json.loads((out / "lru" / "result.json").read_text())["metrics"]
+    assert by["lru"]["hit_rate_decode"] == f"{lru['hit_rate_decode']:.4f}"
+    assert lru["hit_rate_decode"] != lru["hit_rate"]
     md = (out / "table1.md").read_text()
     assert "SIMULATED" in md and "SYNTHETIC routing" in md
+    assert "hit rate over the expert accesses of decode iterations" in md
     assert "24 GB/s" in md and "unsupported" in md
     assert "PARTIAL" in md and "moe_infinity" in md.split("PARTIAL")[1].splitlines()[0]
     # the setting is not the paper's: the header says where
