@@ -27,6 +27,8 @@ from harness.specs import model_spec_from_dict
 from systems.expert_maps import ExpertMapStore
 from systems.moe_infinity import EAMC, request_eams
 from systems.predictor import NextLayerPredictor
+from workloads.length_tables import LENGTH_TABLES
+from workloads.lengths import draw
 
 # Small enough for a few seconds per combination, large enough that every system decides:
 # a cache of ~230 of the 1664 experts forces evictions; small history stores force
@@ -39,12 +41,15 @@ DROPPED = ("timing", "environment")  # wall-clock times; the machine and its lib
 
 
 def numerics_sha() -> str:
-    """sha256 of harness.numerics' outputs in float32 and float64 on fixed inputs."""
+    """sha256 of harness.numerics' outputs in float32 and float64 on fixed inputs, and of
+    fitted request lengths (workloads/lengths.py)."""
     x = np.linspace(-100.0, 100.0, 20001)
     h = hashlib.sha256()
     for out in (numerics.exp(x.astype(np.float32)), numerics.exp(x),
                 numerics.log(np.abs(x) + 1e-3), numerics.gumbel(stream(0, "p"), (4096,)),
-                numerics.standard_normal(stream(1, "p"), (4096,))):
+                numerics.standard_normal(stream(1, "p"), (4096,)),
+                draw(LENGTH_TABLES["azure_conv"]["prompt"]["quantiles"], 512, 4096,
+                     stream(2, "p"))):
         h.update(out.tobytes())
     return h.hexdigest()
 

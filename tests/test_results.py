@@ -362,8 +362,9 @@ def test_table1_experiment_composes(tmp_path):
 def test_every_experiment_smoke_runs(tmp_path, experiment):
     text = (CONF / "experiment" / f"{experiment}.yaml").read_text()
     assert "# @package _global_" in text.splitlines()[0]
+    # lengths=fixed: an experiment may draw per-request lengths (fmoe_online, docs/serving.md)
     tiny = ["workload.num_requests=2", "workload.prompt_len=8", "workload.output_len=3",
-            "calibration_requests=2", "progress=false"]
+            "workload.lengths=fixed", "calibration_requests=2", "progress=false"]
     cfg = compose_config([f"experiment={experiment}", *tiny], run_name="smoke",
                          results_dir=str(tmp_path))
     if (cfg["workload"].get("arrivals") or {}).get("process") == "azure":

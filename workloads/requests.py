@@ -1,9 +1,12 @@
 """Request-level inputs of the synthetic generator: arrivals, lengths and real dataset prompts.
 
-The generator's default (no `arrivals`, no `prompts` in the workload) gives every request the
+The generator's default (no `arrivals`, no `prompts`, `lengths: fixed`) gives every request the
 same lengths, arrival i * arrival_ms and the i-th task of the synthetic mix (round-robin), and
 adds nothing to the trace meta. Otherwise (docs/serving.md):
 
+- `lengths: fitted` draws each request's prompt and output length from real length data
+  scaled to prompt_len and output_len (workloads/lengths.py); meta `lengths_from` names the
+  source (`fitted:<length_source>`).
 - `arrivals` (workloads/arrivals.py) sets the number of requests and their arrival times; an
   Azure replay with `lengths: true` also sets each prompt and output length.
 - `prompts` takes each request's dataset, task and text from a real dataset
@@ -33,6 +36,7 @@ from harness.checks import boolean, number
 from harness.numerics import on_grid, standard_normal
 from harness.rng import stream
 from workloads.arrivals import ArrivalError, make_arrivals
+from workloads.lengths import request_lengths
 
 PROMPT_KEYS = {"dataset", "path", "tasks", "per_task", "num", "coupling", "lengths", "tokenizer",
                "embedder", "allow_download", "cache_dir"}
@@ -84,8 +88,7 @@ class RequestPlan:
 def _lengths(cfg, n: int, arrivals) -> tuple[np.ndarray, np.ndarray, str]:
     if arrivals is not None and arrivals.prompt_len is not None:
         return arrivals.prompt_len, arrivals.output_len, "arrivals"
-    return (np.full(n, int(cfg.prompt_len), np.int64), np.full(n, int(cfg.output_len), np.int64),
-            "config")
+    return request_lengths(cfg, n)
 
 
 def _load(spec: dict, seed: int):
@@ -148,7 +151,7 @@ def plan_requests(cfg, model) -> RequestPlan:
         for j in task_index.tolist():
             ids.append(f"{mix[j][1]}/{seen.get(j, 0)}")
             seen[j] = seen.get(j, 0) + 1
-        if meta:
+        if meta or lengths_from != "config":
             meta["lengths_from"] = lengths_from
         return RequestPlan(prompt_len, output_len, arrival_ms, [mix[j][0] for j in task_index],
                            [mix[j][1] for j in task_index], ids, task_index, len(mix), meta=meta)
@@ -197,13 +200,13 @@ def _prompt_plan(cfg, model, spec, coupling, n, arrival_ms, prompt_len, output_l
     row = {pid: i for i, pid in enumerate(uniq)}
     emb = vecs[[row[p.id] for p in chosen]]
     tokenizer_name = None
-    if lengths_from == "config" and spec.get("lengths", True):
+    if lengths_from != "arrivals" and spec.get("lengths", True):  # output lengths: config
         from workloads.tokenize import get_tokenizer
 
         tok = get_tokenizer(spec.get("tokenizer") or model.hf_id)
         counts = tok.count([by_id[i].text for i in uniq])
         prompt_len = np.maximum(1, np.array([counts[row[p.id]] for p in chosen], np.int64))
-        tokenizer_name, lengths_from = tok.name, "prompts+config"
+        tokenizer_name, lengths_from = tok.name, f"prompts+{lengths_from}"
         meta["tokenizer_info"] = tok.describe() if hasattr(tok, "describe") else {"name": tok.name}
     repeat: dict[str, int] = {}
     ids = []

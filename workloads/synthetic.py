@@ -12,23 +12,20 @@ As X[t] contains n[t], the score's token-to-token correlation drops after one to
 geometrically, as in real DeepSeek-V2-Lite routing (share of a token's experts also used d tokens
 earlier: 0.27, 0.21, 0.18, 0.16, 0.15 for d = 1, 2, 4, 8, 16; random 0.094).
 
-Cross-layer coupling (g = cross_layer_corr), per token: n[l,t,e] is a copy of the token's
-n[l-1,t,src[l-1][e]] with probability g (decided per entry), else a fresh draw; src[l] is a
-fixed random permutation per layer pair, drawn once per seed like G. So n, and X through it,
-of expert src[l-1][e] at layer l-1 and expert e at layer l correlate by g: a token's experts
-at one layer point to likely experts at the next, as in real routing (docs/routing.md,
-"Cross-layer predictability"), while n stays i.i.d. uniform over tokens and within a layer,
-so each layer's own statistics barely move. No coupling across stacks (encoder -> decoder is
-another token). g = 0: no copies, no extra draws (the trace is as before the knob).
+Cross-layer coupling (g = cross_layer_corr, workloads/cross_layer.py): per token and entry,
+with probability g, n[l] copies n[l-1] of a fixed partner expert (a seeded permutation per
+layer pair), so a token's experts at one layer point to likely experts at the next.
 
 Routed experts =
 top-k of the score; `weights` = softmax over the chosen scores; `probs` = softmax over all E,
 averaged over a step's tokens (prefill: over every max(1, P // 64)-th prompt token, to save
-time); `spec_topk` at layer l = top-k of layer l+1's scores plus uniform noise of std
-guess_noise_std, among layer l+1's top-2k experts (the only ones such noise can promote).
+time); `spec_topk` at layer l = a guess of layer l+1's experts from this token's layer-l
+experts alone, through a transition table fitted on a separate split of the same seed
+(workloads/spec_guess.py): what a real system knows at that moment, never layer l+1's scores.
 
 Request-level inputs (workloads/requests.py, docs/serving.md): by default every request has
-prompt_len and output_len and its task from the synthetic mix. `arrivals` can give each request
+prompt_len and output_len (`lengths: fitted` draws them per request from real length data,
+workloads/lengths.py) and its task from the synthetic mix. `arrivals` can give each request
 its own arrival and lengths, and `prompts` real tasks, texts and embeddings; with prompts the
 request term B[r] is mixed with a term driven by the prompt's embedding (`coupling`).
 
@@ -46,7 +43,7 @@ score, largest first, never in partition order.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 import numpy as np
 
@@ -54,6 +51,8 @@ from harness import numerics
 from harness.rng import stream
 from harness.specs import ModelSpec
 from harness.trace import Trace, id_dtype
+from workloads import spec_guess
+from workloads.cross_layer import copy_layers, cross_layer_map
 from workloads.tasks import PAPER_TASK_COUNTS
 from workloads.workload_checks import WorkloadError, check_fields
 
@@ -62,7 +61,6 @@ SCORE_OFFSET = 32.0  # scores are shifted positive so float bits sort like integ
 EMBEDDER = "synthetic-task-centroid"
 PROBS_PREFILL_TOKENS = 64  # prefill `probs` averages every max(1, P // 64)-th prompt token
 _U16_MEAN, _U16_STD = 32767.5, math.sqrt((65536**2 - 1) / 12)  # raw uniform uint16 noise
-_U8_STD = math.sqrt((256**2 - 1) / 12)
 
 
 @dataclass
@@ -77,6 +75,10 @@ class SyntheticConfig:
     tasks: list = field(default_factory=lambda: [list(t) for t in PAPER_TASK_COUNTS])
     split: str = "measure"  # "measure" / "calibration": same tasks, different requests
     arrival_ms: float = 0.0  # request i arrives at i * arrival_ms; 0 = static batch
+    # "fixed": every request prompt_len / output_len; "fitted": drawn per request from
+    # length_source's real length distribution scaled to those means (workloads/lengths.py)
+    lengths: str = "fixed"
+    length_source: str = "azure_conv"  # azure_conv | azure_code | sharegpt
     # Fitted to real DeepSeek-V2-Lite prefill routing at matched prompt length (96-160
     # tokens; tests/test_synthetic.py prints the comparison). Scores are in units of
     # token_noise_std. Real values: reuse 0.27, 0.21, 0.18, 0.16 at lags 1, 2, 4, 8; within a
@@ -93,7 +95,11 @@ class SyntheticConfig:
     sticky_std: float = 0.62  # slow reuse excess over the preference baseline (lags 2-16)
     stickiness: float = 0.8  # AR(1) coefficient per token: decay of reuse with lag
     token_noise_std: float = 1.0  # fresh per-token noise, the score unit: lag-1 reuse 0.28
-    guess_noise_std: float = 0.5  # next-layer guess error: ~0.72 of guessed experts right
+    # Noise (std, nats) on the next-layer guess scores (workloads/spec_guess.py). 0: the best
+    # this past-only guess does, recall 0.545 at Table 1's setting; cross-layer gate-based
+    # guesses on DeepSeek-V2-Lite reach ~0.78 (arXiv 2511.10676; docs/routing.md), out of
+    # its reach.
+    spec_noise_nats: float = 0.0
     # Per-token coupling of adjacent layers: share of n copied from the previous layer (in
     # steps of 1/256). Set by cross-layer precision (docs/routing.md): guessing layer l+1's
     # experts from layer l's through transitions fitted on other prompts, DeepSeek-V2-Lite-
@@ -114,7 +120,7 @@ class SyntheticConfig:
         innov = a * math.sqrt(1 - rho * rho) * u
         x_max = max(6 * a, 6 * a * rho**31 + innov * (1 - rho**31) / (1 - rho))
         return (6 * (self.layer_pref_std + self.task_pref_std + self.request_pref_std)
-                + x_max + u * (self.token_noise_std + self.guess_noise_std))
+                + x_max + u * self.token_noise_std)
 
     def check(self) -> None:
         """Every field strictly (workloads/workload_checks.py), then the score bound; the
@@ -155,40 +161,12 @@ def _geometry(stacks: tuple[str, ...], P: int, S: int):
     return n0, counts, pt, pl, int(pt.max()) + 1
 
 
-def _cross_layer_map(cfg, stacks: tuple[str, ...], E: int):
-    """None (coupling off), or (src int64 [L-1, E]: the expert of layer l that hands its noise
-    to expert j of layer l+1; threshold uint8 [L]: copy where a uniform byte is below it,
-    0 at layer 0 and where the stack changes)."""
-    g = float(cfg.cross_layer_corr)
-    L = len(stacks)
-    if g == 0 or L < 2:
-        return None
-    rng = stream(cfg.seed, "synthetic/cross-layer")  # model-level, like G: same for all splits
-    src = np.stack([rng.permutation(E) for _ in range(L - 1)])  # [L-1, E]
-    same = np.array([stacks[i + 1] == stacks[i] for i in range(L - 1)])
-    # P(byte < threshold) = threshold / 256: g rounded to the nearest 1/256
-    threshold = np.concatenate([[0], np.where(same, min(255, round(256 * g)), 0)])
-    return src, threshold.astype(np.uint8)
-
-
-def _copy_layers(w: np.ndarray, u8: np.ndarray, cross) -> None:
-    """In place on one token position's noise uint16 [c, L, E], layer after layer: entry
-    (l, j) takes the (already copied) entry (l-1, src[l-1][j]) where u8 [c, L, E] is below the
-    layer's threshold (probability cross_layer_corr). Marginals stay uniform; the noise of
-    mapped experts in adjacent layers correlates by cross_layer_corr, in n and so in X."""
-    src, threshold = cross
-    copy = u8 < threshold[:, None]  # bool [c, L, E]
-    for layer in np.flatnonzero(threshold):
-        np.copyto(w[:, layer], w[:, layer - 1].take(src[layer - 1], axis=1),
-                  where=copy[:, layer])
-
-
-def _route_chunk(rng, pref, cfg, n0, counts, t_max, k2, keep, cross=None):
+def _route_chunk(rng, pref, cfg, n0, counts, t_max, k2, keep, cross=None, with_probs=True):
     """Route one chunk of requests through all layers and token positions.
 
     pref float32 [c, L, E] (bounded log-preferences); per request prefill tokens n0 int [c, L]
     and tokens per (step, layer) counts [c, S, L] (0 past a request's last step); cross: the
-    cross-layer map (_cross_layer_map) or None
+    cross-layer map (workloads/cross_layer.py) or None; with_probs False: probs stay 0
     -> (cand int32 [t_max, c, L, k2]: the
     top-k2 scores of each (position, request, layer) as float bits with the expert id in the
     low bits; probs float32 [c, S, L, E]: router probabilities averaged over each step).
@@ -215,12 +193,13 @@ def _route_chunk(rng, pref, cfg, n0, counts, t_max, k2, keep, cross=None):
     live = (steps < S) & (counts[np.arange(c)[:, None], np.minimum(steps, S - 1),
                                  np.arange(L)] > 0)
     live &= (steps > 0) | (tpos % stride == 0)  # probs: decode tokens, every stride-th prefill
+    live &= with_probs
     # one step for every request and layer
     uniform = live.all(axis=(1, 2)) & (steps == steps[:, :1, :1]).all(axis=(1, 2))
     for t in range(t_max):
         w = rng.bit_generator.random_raw(c * L * E // 4).view(np.uint16).reshape(c, L, E)
         if cross is not None:  # n copied over layers: same uniform marginal
-            _copy_layers(w, rng.bit_generator.random_raw(c * L * E // 8).view(np.uint8)
+            copy_layers(w, rng.bit_generator.random_raw(c * L * E // 8).view(np.uint8)
                          .reshape(c, L, E), cross)
         z *= np.float32(rho)
         np.multiply(w, alpha, out=tmp)
@@ -264,14 +243,12 @@ def _top_keys(keys: np.ndarray, k: int) -> np.ndarray:
     return keys[..., :-k - 1:-1]
 
 
-def _finish_chunk(rng, cand, cfg, E, k, keep, idt, block=16):
-    """Top-k ids, weights and next-layer guesses from the candidates int32 [T, c, L, k2];
-    outputs [T, c, L, k] (guess E at the last layer). Works on `block` positions at a time
-    so that every pass stays in cache."""
+def _finish_chunk(cand, k, keep, idt, block=16):
+    """Top-k ids and weights [T, c, L, k] from the candidates int32 [T, c, L, k2]. Works on
+    `block` positions at a time so that every pass stays in cache."""
     T, c, L, k2 = cand.shape
-    ids, guess = np.empty((T, c, L, k), idt), np.full((T, c, L, k), E, idt)
+    ids = np.empty((T, c, L, k), idt)
     weights = np.empty((T, c, L, k), np.float16)
-    noise_scale = np.float32(cfg.guess_noise_std / _U8_STD)
     for t0 in range(0, T, block):
         blk = cand[t0:t0 + block]
         top = _top_keys(blk, k)  # sorts each row of blk in place
@@ -279,18 +256,75 @@ def _finish_chunk(rng, cand, cfg, E, k, keep, idt, block=16):
         w = (top & keep).view(np.float32)
         w -= np.float32(SCORE_OFFSET)
         weights[t0:t0 + block] = _softmax(w)  # over the chosen experts
-        # Guess made at layer l: layer l+1's k2 candidate scores (ascending) plus uniform
-        # noise of std guess_noise_std (256 levels; its mean does not change the ranking),
-        # re-ranked.
-        nxt = blk[:, :, 1:]
-        noisy = (nxt & keep).view(np.float32)
-        w8 = rng.bit_generator.random_raw(-(-noisy.size // 8)).view(np.uint8)
-        noisy += w8[:noisy.size].reshape(noisy.shape) * noise_scale
-        gkey = noisy.view(np.int32)
-        gkey &= keep
-        gkey |= nxt & ~keep
-        guess[t0:t0 + block, :, :-1] = _top_keys(gkey, k) & ~keep
-    return ids, weights, guess
+    return ids, weights
+
+
+def _route(model: ModelSpec, cfg: SyntheticConfig, plan, with_probs: bool) -> dict:
+    """Route every request of `plan`: topk, weights [N, k], probs [steps * L, E] (zeros when
+    not with_probs), step offsets [R + 1] and rows per (step, layer) block."""
+    L, E, k = model.num_moe_layers, model.num_experts, model.top_k
+    R, S_r = plan.num_requests, plan.output_len  # steps per request [R]
+    stacks = tuple(model.moe_layer_stacks)
+    shape_of = list(zip(plan.prompt_len.tolist(), S_r.tolist()))
+    geo = {ps: _geometry(stacks, *ps) for ps in dict.fromkeys(shape_of)}  # n0, counts, pt, pl, T
+    row_offsets = np.concatenate([[0], np.cumsum([len(geo[ps][2]) for ps in shape_of])])
+    steps = np.concatenate([[0], np.cumsum(S_r.astype(np.int64))])
+    # Model- and task-level state depend on the seed only: both splits share the same tasks.
+    task_pref = _skewed(stream(cfg.seed, "synthetic/task-prefs"), (plan.num_tasks, L, E))
+    task_pref *= cfg.task_pref_std
+    task_pref += cfg.layer_pref_std * _skewed(stream(cfg.seed, "synthetic/layer-prefs"), (L, E))
+    idt = id_dtype(E)
+    id_bits = max(1, (E - 1).bit_length())
+    keep = np.int32(~((1 << id_bits) - 1))  # mask of the score bits of a packed key
+    pref_clip = 6 * (cfg.layer_pref_std + cfg.task_pref_std + cfg.request_pref_std)
+    cross = cross_layer_map(cfg, stacks, E)
+    # row i of a request's output is position pt[i] of layer pl[i]: row pt * c * L + pl of the
+    # chunk's [T, c, L] outputs, plus L per request before it in the chunk
+    gather_base = {ps: g[2] * (CHUNK_REQUESTS * L) + g[3] for ps, g in geo.items()}
+    N = int(row_offsets[-1])
+    topk, weights = np.empty((N, k), idt), np.empty((N, k), np.float16)
+    probs = np.zeros((int(steps[-1]) * L, E), np.float16)
+    for c0 in range(0, R, CHUNK_REQUESTS):
+        rng = stream(cfg.seed, f"synthetic/{cfg.split}/routing/chunk{c0 // CHUNK_REQUESTS:06d}")
+        n = min(CHUNK_REQUESTS, R - c0)
+        # A short last chunk is padded with copies of its last request (outputs dropped): the
+        # draws keep their shapes, and each request's scores depend only on its own row.
+        members = np.minimum(np.arange(c0, c0 + CHUNK_REQUESTS), R - 1)
+        b = plan.request_term(_skewed(rng, (CHUNK_REQUESTS, L, E)), members, cfg.seed)
+        pref = task_pref[plan.task_index[members]] + cfg.request_pref_std * b
+        pref = np.clip(pref, -pref_clip, pref_clip).astype(np.float32)
+        s_max = int(S_r[members].max())
+        n0 = np.stack([geo[shape_of[m]][0] for m in members])  # [c, L]
+        counts = np.zeros((CHUNK_REQUESTS, s_max, L), np.int64)
+        for i, m in enumerate(members):
+            counts[i, :S_r[m]] = geo[shape_of[m]][1]
+        t_max = max(geo[shape_of[m]][4] for m in members)
+        # k candidates: the top-k set, sorted by _finish_chunk (ids as with any k2 >= k)
+        cand, pr = _route_chunk(rng, pref, cfg, n0, counts, t_max, k, keep, cross, with_probs)
+        ids, w = _finish_chunk(cand, k, keep, idt)
+        idx = np.concatenate([gather_base[shape_of[c0 + i]] + i * L for i in range(n)])
+        rows = slice(row_offsets[c0], row_offsets[c0 + n])
+        topk[rows] = ids.reshape(-1, k).take(idx, axis=0)
+        weights[rows] = w.reshape(-1, k).take(idx, axis=0)
+        if with_probs:
+            probs[steps[c0] * L:steps[c0 + n] * L] = np.concatenate(
+                [pr[i, :S_r[c0 + i]].reshape(-1, E) for i in range(n)])
+    block_counts = np.concatenate([geo[ps][1].ravel() for ps in shape_of])
+    return {"topk": topk, "weights": weights, "probs": probs, "steps": steps,
+            "block_counts": block_counts}
+
+
+def _spec_table(model: ModelSpec, cfg: SyntheticConfig) -> np.ndarray:
+    """The next-layer guess table of this seed and score model, fitted on the `spec-fit`
+    split (workloads/spec_guess.py): synthetic task mix, fixed lengths, no probs."""
+    from workloads.requests import plan_requests
+
+    fit_cfg = replace(cfg, split=spec_guess.FIT_SPLIT, num_requests=spec_guess.FIT_REQUESTS,
+                      prompt_len=spec_guess.FIT_PROMPT_LEN, output_len=spec_guess.FIT_OUTPUT_LEN,
+                      lengths="fixed", arrivals=None, prompts=None)
+    fit = _route(model, fit_cfg, plan_requests(fit_cfg, model), with_probs=False)
+    return spec_guess.fit_table(fit["topk"], fit["block_counts"],
+                                tuple(model.moe_layer_stacks), model.num_experts)
 
 
 def generate_trace(model: ModelSpec, cfg: SyntheticConfig) -> Trace:
@@ -302,87 +336,45 @@ def generate_trace(model: ModelSpec, cfg: SyntheticConfig) -> Trace:
     plan = plan_requests(cfg, model)
     L, E, k = model.num_moe_layers, model.num_experts, model.top_k
     R = plan.num_requests
-    S_r = plan.output_len  # steps per request [R]
-    k2 = min(E, 2 * k)
     stacks = tuple(model.moe_layer_stacks)
-    n_tasks = plan.num_tasks
-    task_of = plan.task_index
-    shape_of = list(zip(plan.prompt_len.tolist(), S_r.tolist()))
-    geo = {ps: _geometry(stacks, *ps) for ps in dict.fromkeys(shape_of)}  # n0, counts, pt, pl, T
-    row_offsets = np.concatenate([[0], np.cumsum([len(geo[ps][2]) for ps in shape_of])])
-    steps = np.concatenate([[0], np.cumsum(S_r.astype(np.int64))])
-    # Model- and task-level state depend on the seed only: both splits share the same tasks.
-    task_pref = _skewed(stream(cfg.seed, "synthetic/task-prefs"), (n_tasks, L, E))
-    task_pref *= cfg.task_pref_std
-    task_pref += cfg.layer_pref_std * _skewed(stream(cfg.seed, "synthetic/layer-prefs"), (L, E))
-    centroids = _unit_rows(numerics.standard_normal(stream(cfg.seed, "synthetic/task-centroids"),
-                                                    (n_tasks, cfg.embed_dim)))
-
-    idt = id_dtype(E)
-    id_bits = max(1, (E - 1).bit_length())
-    keep = np.int32(~((1 << id_bits) - 1))  # mask of the score bits of a packed key
-    pref_clip = 6 * (cfg.layer_pref_std + cfg.task_pref_std + cfg.request_pref_std)
-    same_stack = np.array([stacks[i + 1] == stacks[i] for i in range(L - 1)], bool)
-    cross = _cross_layer_map(cfg, stacks, E)
-    # row i of a request's output is position pt[i] of layer pl[i]: row pt * c * L + pl of the
-    # chunk's [T, c, L] outputs, plus L per request before it in the chunk
-    gather_base = {ps: g[2] * (CHUNK_REQUESTS * L) + g[3] for ps, g in geo.items()}
-    N = int(row_offsets[-1])
-    topk, spec = np.empty((N, k), idt), np.empty((N, k), idt)
-    weights, probs = np.empty((N, k), np.float16), np.empty((int(steps[-1]) * L, E), np.float16)
-    for c0 in range(0, R, CHUNK_REQUESTS):
-        rng = stream(cfg.seed, f"synthetic/{cfg.split}/routing/chunk{c0 // CHUNK_REQUESTS:06d}")
-        n = min(CHUNK_REQUESTS, R - c0)
-        # A short last chunk is padded with copies of its last request (outputs dropped): the
-        # draws keep their shapes, and each request's scores depend only on its own row.
-        members = np.minimum(np.arange(c0, c0 + CHUNK_REQUESTS), R - 1)
-        tasks_c = task_of[members]
-        b = plan.request_term(_skewed(rng, (CHUNK_REQUESTS, L, E)), members, cfg.seed)
-        pref = task_pref[tasks_c] + cfg.request_pref_std * b
-        pref = np.clip(pref, -pref_clip, pref_clip).astype(np.float32)
-        s_max = int(S_r[members].max())
-        n0 = np.stack([geo[shape_of[m]][0] for m in members])  # [c, L]
-        counts = np.zeros((CHUNK_REQUESTS, s_max, L), np.int64)
-        for i, m in enumerate(members):
-            counts[i, :S_r[m]] = geo[shape_of[m]][1]
-        t_max = max(geo[shape_of[m]][4] for m in members)
-        cand, pr = _route_chunk(rng, pref, cfg, n0, counts, t_max, k2, keep, cross)
-        ids, w, guess = _finish_chunk(rng, cand, cfg, E, k, keep, idt)
-        guess[:, :, :-1][:, :, ~same_stack] = E  # the token does not pass through layer l+1
-        idx = np.concatenate([gather_base[shape_of[c0 + i]] + i * L for i in range(n)])
-        rows = slice(row_offsets[c0], row_offsets[c0 + n])
-        topk[rows] = ids.reshape(-1, k).take(idx, axis=0)
-        weights[rows] = w.reshape(-1, k).take(idx, axis=0)
-        spec[rows] = guess.reshape(-1, k).take(idx, axis=0)
-        probs[steps[c0] * L:steps[c0 + n] * L] = np.concatenate(
-            [pr[i, :S_r[c0 + i]].reshape(-1, E) for i in range(n)])
-
+    routed = _route(model, cfg, plan, with_probs=True)
+    linked = spec_guess.linked_layers(stacks)
+    spec = spec_guess.guess_rows(
+        routed["topk"], spec_guess.row_layers(routed["block_counts"], L),
+        _spec_table(model, cfg) if linked.any() else np.zeros((L, E, E), np.int32), linked,
+        cfg.spec_noise_nats, stream(cfg.seed, f"synthetic/{cfg.split}/spec-noise"))
     if plan.embeddings is None:
+        centroids = _unit_rows(numerics.standard_normal(
+            stream(cfg.seed, "synthetic/task-centroids"), (plan.num_tasks, cfg.embed_dim)))
         emb_rng = stream(cfg.seed, f"synthetic/{cfg.split}/embeddings")
-        emb = _unit_rows(centroids[task_of] + cfg.embed_noise * numerics.standard_normal(
+        emb = _unit_rows(centroids[plan.task_index] + cfg.embed_noise * numerics.standard_normal(
             emb_rng, (R, cfg.embed_dim)) / math.sqrt(cfg.embed_dim))
     else:
         emb = plan.embeddings
-    # version 2: portable arithmetic (harness/numerics.py; docs/trace-format.md)
-    generator = {"name": "workloads.synthetic", "version": 2, **asdict(cfg)}
+    # version 3: next-layer guesses from the past only (workloads/spec_guess.py); version 2:
+    # portable arithmetic (harness/numerics.py; docs/trace-format.md)
+    generator = {"name": "workloads.synthetic", "version": 3, **asdict(cfg)}
     for key in ("arrivals", "prompts"):  # absent when unset: default traces stay as they were
         if generator[key] is None:
             del generator[key]
     if not cfg.cross_layer_corr:  # off: absent, so traces made before the knob stay identical
         del generator["cross_layer_corr"]
+    if cfg.lengths == "fixed":  # length_source is not used
+        del generator["length_source"]
     meta = {
         "num_moe_layers": L, "num_experts": E, "top_k": k, "moe_layer_stacks": list(stacks),
         "model": model.name, "synthetic": True, "routing_source": "synthetic",
         "embedder": EMBEDDER, "generator": generator,
     }
     meta["generator"]["tasks"] = [[str(d), int(n)] for d, n in cfg.tasks]
-    meta.update(plan.meta)  # arrival, prompt, tokenizer and embedder provenance
-    block_counts = np.concatenate([geo[ps][1].ravel() for ps in shape_of])
+    meta.update(plan.meta)  # arrival, length, prompt, tokenizer and embedder provenance
+    steps = routed["steps"]
     return Trace(
         meta=meta, request_ids=[f"{cfg.split}/{i}" for i in plan.request_ids],
         datasets=plan.datasets, tasks=plan.tasks, prompt_len=plan.prompt_len.astype(np.int32),
-        output_len=S_r.astype(np.int32), arrival_ms=plan.arrival_ms.astype(np.float64),
-        step_offsets=steps, block_offsets=np.concatenate([[0], np.cumsum(block_counts)]),
-        topk=topk, weights=weights, probs=probs, spec_topk=spec,
+        output_len=plan.output_len.astype(np.int32),
+        arrival_ms=plan.arrival_ms.astype(np.float64), step_offsets=steps,
+        block_offsets=np.concatenate([[0], np.cumsum(routed["block_counts"])]),
+        topk=routed["topk"], weights=routed["weights"], probs=routed["probs"], spec_topk=spec,
         embeddings=emb.astype(np.float16), has_embedding=np.ones(R, bool), prompts=plan.texts,
     ).validate()

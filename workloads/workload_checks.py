@@ -15,7 +15,7 @@ from workloads.arrivals import MAX_REQUEST_TOKENS
 INTEGERS = (("seed", 0, None), ("num_requests", 1, None), ("embed_dim", 1, None),
             ("prompt_len", 1, MAX_REQUEST_TOKENS), ("output_len", 1, MAX_REQUEST_TOKENS))
 NON_NEGATIVE = ("arrival_ms", "layer_pref_std", "task_pref_std", "request_pref_std",
-                "sticky_std", "token_noise_std", "guess_noise_std", "embed_noise")
+                "sticky_std", "token_noise_std", "embed_noise")
 
 
 class WorkloadError(SpecError):
@@ -43,3 +43,13 @@ def check_fields(cfg) -> None:
            error=WorkloadError)
     for name in NON_NEGATIVE:
         number(getattr(cfg, name), f"workload.{name}", lo=0.0, error=WorkloadError)
+    from workloads.length_tables import LENGTH_TABLES
+    from workloads.lengths import LENGTH_MODES
+    from workloads.spec_guess import MAX_NOISE_NATS
+
+    number(cfg.spec_noise_nats, "workload.spec_noise_nats", lo=0.0, hi=MAX_NOISE_NATS,
+           error=WorkloadError)
+    for name, allowed in (("lengths", LENGTH_MODES), ("length_source", tuple(LENGTH_TABLES))):
+        if getattr(cfg, name) not in allowed:
+            raise WorkloadError(f"workload.{name}: must be one of {', '.join(allowed)}, got "
+                                f"{getattr(cfg, name)!r}")

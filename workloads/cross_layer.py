@@ -1,0 +1,46 @@
+"""Cross-layer coupling of the synthetic score noise (`cross_layer_corr`; docs/routing.md).
+
+With g = cross_layer_corr, per token: n[l,t,e] is a copy of the token's n[l-1,t,src[l-1][e]]
+with probability g (decided per entry), else a fresh draw; src[l] is a fixed random
+permutation per layer pair, drawn once per seed like G (workloads/synthetic.py). So n, and X
+through it, of expert src[l-1][e] at layer l-1 and expert e at layer l correlate by g: a
+token's experts at one layer point to likely experts at the next, as in real routing
+(docs/routing.md, "Cross-layer predictability"), while n stays i.i.d. uniform over tokens
+and within a layer, so each layer's own statistics barely move. No coupling across stacks
+(encoder -> decoder is another token). g = 0: no copies, no extra draws (the trace is as
+before the knob).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from harness.rng import stream
+
+
+def cross_layer_map(cfg, stacks: tuple[str, ...], E: int):
+    """None (coupling off), or (src int64 [L-1, E]: the expert of layer l that hands its noise
+    to expert j of layer l+1; threshold uint8 [L]: copy where a uniform byte is below it,
+    0 at layer 0 and where the stack changes)."""
+    g = float(cfg.cross_layer_corr)
+    L = len(stacks)
+    if g == 0 or L < 2:
+        return None
+    rng = stream(cfg.seed, "synthetic/cross-layer")  # model-level, like G: same for all splits
+    src = np.stack([rng.permutation(E) for _ in range(L - 1)])  # [L-1, E]
+    same = np.array([stacks[i + 1] == stacks[i] for i in range(L - 1)])
+    # P(byte < threshold) = threshold / 256: g rounded to the nearest 1/256
+    threshold = np.concatenate([[0], np.where(same, min(255, round(256 * g)), 0)])
+    return src, threshold.astype(np.uint8)
+
+
+def copy_layers(w: np.ndarray, u8: np.ndarray, cross) -> None:
+    """In place on one token position's noise uint16 [c, L, E], layer after layer: entry
+    (l, j) takes the (already copied) entry (l-1, src[l-1][j]) where u8 [c, L, E] is below the
+    layer's threshold (probability cross_layer_corr). Marginals stay uniform; the noise of
+    mapped experts in adjacent layers correlates by cross_layer_corr, in n and so in X."""
+    src, threshold = cross
+    copy = u8 < threshold[:, None]  # bool [c, L, E]
+    for layer in np.flatnonzero(threshold):
+        np.copyto(w[:, layer], w[:, layer - 1].take(src[layer - 1], axis=1),
+                  where=copy[:, layer])
