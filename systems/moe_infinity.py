@@ -1,17 +1,26 @@
-"""moe_infinity: MoE-Infinity (Xue et al., arXiv 2401.14361): request-level expert activation
-matrices (EAM) matched against a fixed-capacity collection (EAMC) drive prefetch and eviction.
+"""moe_infinity: MoE-Infinity (Xue et al., arXiv 2401.14361): expert activation matrices (EAM)
+matched against a fixed-capacity collection of finished requests' EAMs (EAMC, systems/eamc.py)
+drive prefetch and eviction.
 
-EAM of a request: counts [L, E] of tokens routed to each expert, over prefill and decode.
-EAMC: `capacity` EAMs of finished requests (warmed from the calibration split, then every
-finished request of the run); when full, a new EAM replaces the stored one most similar to it
-(cosine), which keeps the collection diverse. While a request runs, its partial EAM is matched
-after every MoE layer by cosine over the layers seen so far (prefill: layers 0..l; decode: all
-layers) and the best match, row-normalised, is the predicted EAM: P[l, e] = probability that a
-token of this request uses expert e at layer l. Prefetch ranks experts by
-P[l, e] * (1 - d / L), with d = 1..L-1 the layers ahead of the current one (cyclic, so the last
-layers prefetch the next token's first ones); eviction removes the resident expert with the
-lowest P (predicted reuse); a prefetch never evicts an expert predicted at least as useful.
-Misses are fetched on demand. Choices where the paper is loose: docs/systems.md.
+EAM of a request: counts [L, E] of tokens routed to each expert at each layer, over prefill and
+decode. EAMC: `eamc_capacity` EAMs of finished requests (warmed from the calibration split, then
+every finished request of the run); when full, a new EAM replaces the stored one most similar to
+it (cosine), which keeps the collection diverse. After every MoE layer the query EAM is matched
+by cosine over the layers it has seen: with `iteration_query` (the paper's rule) the counts of
+the running iteration only, over its layers 0..l; otherwise the request's cumulative EAM (all
+layers once it decodes). The `match_top` most similar entries, summed and row-normalised, are
+the predicted EAM: P[l, e] = share of layer l's routings that expert e takes. Predicted reuse
+= (1 - own_weight) * P + own_weight * the request's own row-normalised EAM on the layers the
+request has reached (P alone on the others), with a binomial variance per share.
+
+Prefetch ranks non-resident experts by reuse * (1 - d / L), d = 1..L-1 the layers ahead of the
+current one (cyclic, so the last layers prefetch the next token's first ones). Eviction removes
+the resident expert with the lowest predicted reuse (with `freq_decay_eviction`, the released
+code's product of reuse, access frequency and a layer factor). Admission with hysteresis: a
+prefetch evicts only an expert whose predicted reuse is below the incoming one's by more than
+`admit_margin` standard errors of the difference; otherwise it is declined. Misses are fetched
+on demand. Choices where the paper is loose, defaults and the sweeps that chose them:
+docs/systems.md, "moe_infinity: choices and divergences".
 
 Matching is incremental: per request the dot products with every stored EAM are updated with
 the layer's new counts only (O(N * experts routed)), and cosine uses per-entry prefix norms.
@@ -23,112 +32,50 @@ import math
 
 import numpy as np
 
-from harness.blocks import block_expert_counts
 from systems.base import HISTORY_CAP, System, bool_knob, float_knob, int_knob
-
-
-class EAMC:
-    """Expert activation matrix collection: up to `capacity` EAMs [L, E] with prefix norms.
-
-    Stored layer-major, `cols` [L*E, capacity] (one column per EAM), so that matching one layer's
-    k routed experts reads k contiguous rows. float64 holding integer token counts: every dot
-    product of counts is exact (its sums stay far below 2**53), so the BLAS kernel's summation
-    order cannot change a match (docs/trace-format.md, "Portable determinism")."""
-
-    def __init__(self, capacity: int, num_layers: int, num_experts: int):
-        if capacity < 1:
-            raise ValueError(f"moe_infinity: eamc_capacity must be >= 1, got {capacity}")
-        self.capacity, self.L, self.E = capacity, num_layers, num_experts
-        self.cols = np.zeros((num_layers * num_experts, capacity))
-        self.prefix = np.zeros((num_layers, capacity))  # [l, slot]: sum of squares, layers 0..l
-        # [l, slot]: 1 / sqrt(prefix) (0 for an empty prefix)
-        self.inv_norm = np.zeros((num_layers, capacity))
-        self.n = 0
-        self.replaced = 0
-        self.version = 0  # bumped on every insert: cached dot products are then stale
-
-    def insert(self, eam: np.ndarray) -> int:
-        """Store an EAM [L, E]; when full, overwrite the most similar entry. Returns its slot."""
-        eam = np.asarray(eam, dtype=np.float64)
-        if self.n < self.capacity:
-            slot = self.n
-            self.n += 1
-        else:
-            slot = int(np.argmax(self.cosine(eam.ravel())))
-            self.replaced += 1
-        self.cols[:, slot] = eam.ravel()
-        self.prefix[:, slot] = np.cumsum(np.square(eam, dtype=np.float64).sum(axis=1))
-        p = self.prefix[:, slot]
-        self.inv_norm[:, slot] = np.divide(1.0, np.sqrt(p), out=np.zeros_like(p), where=p > 0)
-        self.version += 1
-        return slot
-
-    def entry(self, slot: int) -> np.ndarray:
-        """Stored EAM [L, E] of one slot."""
-        return self.cols[:, slot].reshape(self.L, self.E)
-
-    def cosine(self, flat_eam: np.ndarray, upto_layer: int | None = None) -> np.ndarray:
-        """Cosine [n] of an EAM (flattened [L*E]) with every entry, over layers 0..upto_layer."""
-        lim = self.L - 1 if upto_layer is None else upto_layer
-        width = (lim + 1) * self.E
-        q = np.asarray(flat_eam[:width], dtype=np.float64)
-        dots = q @ self.cols[:width, :self.n]
-        return _cos(dots, float(np.dot(q, q)), self.prefix[lim, :self.n])
-
-    def query(self, flat_eam: np.ndarray, upto_layer: int | None = None) -> tuple[int, float]:
-        """Best match (slot, cosine); ties go to the lowest slot."""
-        cos = self.cosine(flat_eam, upto_layer)
-        best = int(np.argmax(cos))
-        return best, float(cos[best])
-
-    def predicted(self, slot: int) -> np.ndarray:
-        """Row-normalised EAM of one entry, flattened [L*E] (all-zero rows stay zero)."""
-        return _per_layer_shares(self.entry(slot)).ravel()
-
-    def mean_predicted(self) -> np.ndarray:
-        """Average predicted EAM over the collection: the prior before a request's first match."""
-        m = self.cols[:, :self.n].T.reshape(self.n, self.L, self.E)
-        return _per_layer_shares(m).mean(axis=0).ravel()
-
-
-def _per_layer_shares(m: np.ndarray) -> np.ndarray:
-    """Counts [..., E] -> float64 shares per row (each layer's row sums to 1; zero rows stay 0)."""
-    m = m.astype(np.float64)
-    rows = m.sum(axis=-1, keepdims=True)
-    return np.divide(m, rows, out=np.zeros_like(m), where=rows > 0)
-
-
-def _cos(dots: np.ndarray, norm2: float, prefix: np.ndarray) -> np.ndarray:
-    denom = np.sqrt(norm2 * prefix)
-    return np.divide(dots, denom, out=np.zeros(len(dots)), where=denom > 0)
+from systems.eamc import EAMC, request_eams, top_ranked
 
 
 class _Active:
-    """One running request: its partial EAM and dot products with the collection."""
+    """One running request: its EAM, the query EAM and its dot products with the collection."""
 
-    __slots__ = ("eam", "own", "dots", "norm2", "version", "best", "best_cos")
+    __slots__ = ("eam", "own", "own_var", "mix", "q", "q_keys", "q_iter", "dots", "norm2",
+                 "version", "best", "best_cos")
 
-    def __init__(self, num_keys: int, n_slots: int):
-        self.eam = np.zeros(num_keys)  # flattened [L*E] token counts
+    def __init__(self, num_keys: int, n_slots: int, iteration_query: bool = False):
+        self.eam = np.zeros(num_keys)  # flattened [L*E] token counts of the request so far
         self.own = np.zeros(num_keys)  # the same, row-normalised per layer
-        self.dots = np.zeros(n_slots)  # exact: integer counts (see EAMC)
-        self.norm2 = 0.0
+        self.own_var = np.zeros(num_keys)  # binomial variance of each own share, s (1 - s) / n
+        self.mix = np.zeros(num_keys)  # own_weight on the layers the request has reached, else 0
+        # The query: this iteration's counts only (reset per iteration) or the request's EAM.
+        self.q = np.zeros(num_keys) if iteration_query else self.eam
+        self.q_keys: list[int] = []  # keys with counts in an iteration-level q
+        self.q_iter = -1  # iteration index q belongs to
+        self.dots = np.zeros(n_slots)  # q . entry, exact: integer counts (see EAMC)
+        self.norm2 = 0.0  # |q|^2
         self.version = -1
-        self.best = -1  # matched slot, -1 before the first match
+        self.best: tuple[int, ...] = ()  # matched slots, empty before the first match
         self.best_cos = 0.0
 
 
 class MoEInfinity(System):
     name = "moe_infinity"
-    label = "MoE-Infinity (request-level EAM matching: prefetch and evict by predicted EAM)"
+    label = "MoE-Infinity (EAM matching: prefetch and evict by predicted EAM)"
 
     def __init__(self, eamc_capacity: int = 1000, max_proposal: int = 8,
-                 learn_online: bool = True, own_weight: float = 0.5, prefetch: bool = True):
+                 learn_online: bool = True, own_weight: float = 0.5, admit_margin: float = 16.0,
+                 match_top: int = 4, iteration_query: bool = True,
+                 freq_decay_eviction: bool = False, prefetch: bool = True):
         super().__init__(prefetch)
         self.own_weight = float_knob(own_weight, "own_weight", lo=0.0, hi=1.0)
         self.capacity = int_knob(eamc_capacity, "eamc_capacity", lo=1, hi=HISTORY_CAP)
         self.max_proposal = int_knob(max_proposal, "max_proposal", lo=1)
         self.learn_online = bool_knob(learn_online, "learn_online")
+        self.admit_margin = float_knob(admit_margin, "admit_margin", lo=0.0)
+        # more than the collection holds: every stored entry matches
+        self.match_top = int_knob(match_top, "match_top", lo=1, hi=HISTORY_CAP)
+        self.iteration_query = bool_knob(iteration_query, "iteration_query")
+        self.freq_decay_eviction = bool_knob(freq_decay_eviction, "freq_decay_eviction")
         self.eamc: EAMC | None = None
         self.matches, self.best_cos_sum = 0, 0.0
 
@@ -140,13 +87,19 @@ class MoEInfinity(System):
         self.resident = np.zeros(L * E, dtype=bool)
         self.n_resident = 0
         self.score = np.zeros(L * E)  # predicted reuse per key (max over active requests)
-        self._pred_memo: dict[int, np.ndarray] = {}  # slot -> predicted EAM (this version)
-        self._prior: np.ndarray | None = None
+        self.var = np.zeros(L * E)  # its variance (max over active requests)
+        # slots -> predicted EAM and its variance (this collection version)
+        self._pred_memo: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
+        self._prior: tuple[np.ndarray, np.ndarray] | None = None
         # weight[i] for the current layer l = i - 1: 1 - d/L, d = layers ahead (cyclic), 0 at d = 0
         layer_of_key = np.repeat(np.arange(L), E)
         d = (layer_of_key[None, :] - np.arange(-1, L)[:, None]) % L  # [L+1, L*E]
         self.weight = np.where(d == 0, 0.0, 1.0 - d / L)
         self.proposal: list[int] | None = None
+        self.freq = np.zeros(L * E)  # accesses since the expert was last evicted (integer)
+        # [L, L*E], row = the current layer; only the released eviction reads it
+        self.topo = released_layer_factor(L, E) if self.freq_decay_eviction else None
+        self.layer_now = 0
 
     def warmup(self, calibration):
         for eam in request_eams(calibration):
@@ -155,104 +108,168 @@ class MoEInfinity(System):
         self._prior = None
 
     # ---- matching -------------------------------------------------------------------------
-    def _predicted(self, slot: int) -> np.ndarray:
-        p = self._pred_memo.get(slot)
+    def _predicted(self, slots: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
+        p = self._pred_memo.get(slots)
         if p is None:
-            p = self._pred_memo[slot] = self.eamc.predicted(slot)
+            p = self._pred_memo[slots] = self.eamc.predicted(slots)
         return p
 
     def _refresh(self, st: _Active) -> None:
         """Recompute dot products after the collection changed."""
         c = self.eamc
-        st.dots = st.eam @ c.cols  # [capacity]; unused slots give 0
+        st.dots = st.q @ c.cols  # [capacity]; unused slots give 0
         st.version = c.version
 
+    def _new_iteration(self, st: _Active, iteration: int) -> None:
+        """Iteration-level query: start an empty query EAM for the request's next iteration."""
+        st.q[st.q_keys] = 0.0
+        st.q_keys.clear()
+        st.dots = np.zeros(self.eamc.capacity)
+        st.norm2 = 0.0
+        st.version = self.eamc.version
+        st.q_iter = iteration
+
     def _observe(self, st: _Active, layer: int, ids: list[int], counts: list[int],
-                 prefill: bool) -> None:
+                 prefill: bool, iteration: int = -1) -> None:
         """Add one layer's counts (python lists: ids ascending, tokens each) and re-match.
 
         The k-element bookkeeping is plain python (cheaper than numpy calls at k <= ~8)."""
         c, E = self.eamc, self.ctx.num_experts
+        if self.iteration_query and iteration != st.q_iter:
+            self._new_iteration(st, iteration)
         if c.n and st.version != c.version:
             self._refresh(st)  # before adding this layer's counts, which are added below
-        base, eam, d = layer * E, st.eam, 0.0
+        base, eam, q, d = layer * E, st.eam, st.q, 0.0
+        apart = q is not eam
         for e, cnt in zip(ids, counts):
-            old = float(eam[base + e])
-            eam[base + e] = old + cnt
+            key = base + e
+            old = float(q[key])
+            q[key] = old + cnt
             d += cnt * (2.0 * old + cnt)
+            if apart:
+                eam[key] += cnt
+                st.q_keys.append(key)
         st.norm2 += d
         if self.own_weight > 0:
             row = eam[base:base + E]
-            st.own[base:base + E] = row * (1.0 / row.sum())
+            n = float(row.sum())
+            share = row * (1.0 / n)
+            st.own[base:base + E] = share
+            st.own_var[base:base + E] = share * (1.0 - share) * (1.0 / n)
+            st.mix[base:base + E] = self.own_weight
         if c.n:
-            self._match(st, [base + e for e in ids], counts, layer if prefill else c.L - 1)
+            # cosine over the layers the query has seen: 0..layer, or all once a request-level
+            # query decodes (the prefill filled every layer)
+            lim = layer if prefill or self.iteration_query else c.L - 1
+            self._match(st, [base + e for e in ids], counts, lim)
 
     def _match(self, st: _Active, keys: list[int], counts: list[int], lim: int) -> None:
         """The EAMC query, incrementally: add the new counts' dot products with every entry
-        (k rows of the layer-major store), then the best cosine over layers 0..lim. Unused
-        slots are all-zero columns with inverse norm 0, so they never win."""
+        (k rows of the layer-major store), then the `match_top` best cosines over layers
+        0..lim (ties: lowest slot). Unused slots are all-zero columns with inverse norm 0."""
         c = self.eamc
         st.dots += np.asarray(counts, dtype=np.float64) @ c.cols.take(keys, axis=0)  # [cap]
         # cosine = dots / (|query| |entry prefix|); |query| is the same for every entry
         scaled = st.dots * c.inv_norm[lim]
-        st.best = int(scaled.argmax())
-        st.best_cos = float(scaled[st.best]) / math.sqrt(st.norm2)
+        if self.match_top == 1:
+            st.best = (int(scaled.argmax()),)
+        else:
+            st.best = tuple(top_ranked(np.arange(c.n), scaled, self.match_top).tolist())
+        st.best_cos = float(scaled[st.best[0]]) / math.sqrt(st.norm2)
         self.matches += 1
         self.best_cos_sum += st.best_cos
 
     def _update_scores(self) -> None:
-        w = self.own_weight
-        preds = [self._predicted(st.best) if w == 0 else
-                 (1 - w) * self._predicted(st.best) + w * st.own
-                 for st in self.active.values() if st.best >= 0]
+        # (1 - w) * P + w * own on the layers the request has reached; P alone on the others,
+        # where its own EAM has no counts yet (blending those zeros would halve their reuse).
+        # Variance of the blend: (1 - w)^2 var(P) + w^2 var(own), the two estimates independent.
+        preds = []
+        for st in self.active.values():
+            if st.best:
+                p, v = self._predicted(st.best)
+                keep = 1.0 - st.mix
+                preds.append((p + st.mix * (st.own - p),
+                              keep * keep * v + st.mix * st.mix * st.own_var))
         if not preds:
             if self._prior is None and self.eamc.n:
-                self._prior = self.eamc.mean_predicted()
+                self._prior = self.eamc.predicted()  # the whole collection, before a match
             preds = [self._prior] if self._prior is not None else []
         if not preds:
             return  # empty collection: scores stay zero, eviction by lowest key
-        score = preds[0] if len(preds) == 1 else np.max(preds, axis=0)
-        self.score = score
+        if len(preds) == 1:
+            self.score, self.var = preds[0]
+        else:
+            self.score = np.max([p for p, _ in preds], axis=0)
+            self.var = np.max([v for _, v in preds], axis=0)
+
+    # ---- eviction and admission -----------------------------------------------------------
+    def _rank(self) -> np.ndarray:
+        """Eviction rank per key [L*E], lowest first: predicted reuse, or with
+        `freq_decay_eviction` the released code's priority (see released_priority)."""
+        if not self.freq_decay_eviction:
+            return self.score
+        return released_priority(self.score, self.freq * self.resident,
+                                 self.topo[self.layer_now])
+
+    def _lowest(self, rank: np.ndarray, candidates=None) -> int:
+        """Resident key with the lowest rank (ties: lowest key), among `candidates` if given;
+        -1 if none."""
+        masked = np.where(self.resident, rank, np.inf)
+        while True:
+            key = int(np.argmin(masked))
+            if masked[key] == np.inf:
+                return -1
+            if candidates is None or key in candidates:
+                return key
+            masked[key] = np.inf  # in use by the running layer or still in flight
+
+    def _admits(self, incoming, victim: int):
+        """Hysteresis: a prefetch of `incoming` (a key, or slice(None) for every key at once)
+        displaces `victim` only if its predicted reuse exceeds the victim's by more than
+        `admit_margin` standard errors of the difference, sqrt(var_in + var_victim)."""
+        gap = self.score[incoming] - self.score[victim]
+        return gap > self.admit_margin * np.sqrt(self.var[incoming] + self.var[victim])
 
     def _propose(self, layer: int) -> None:
         """Queue non-resident experts by P * (1 - d/L), highest first, ties by lowest key.
 
-        Only experts predicted more useful than the least useful resident one are proposed:
-        any other prefetch would be declined in choose_victim once the cache is full.
+        Once the cache is full, only experts that the admission rule would let displace the
+        next victim are proposed: any other prefetch would be declined in choose_victim.
         """
+        if not self.prefetch:
+            return
         prio = self.score * self.weight[layer + 1]
-        floor = 0.0
+        blocked = self.resident.copy()
         if self.n_resident >= self.ctx.capacity_slots:
-            floor = float(self.score[self.resident].min())
-        prio[self.resident | (self.score <= floor)] = 0.0
-        cand = np.flatnonzero(prio > 0)
-        m = self.max_proposal
-        if len(cand) > m > 0:
-            # Which of several equal priorities at the cut argpartition keeps depends on
-            # numpy's SIMD sort: keep all ties with the m-th highest, the lexsort picks.
-            kth = np.partition(prio[cand], len(cand) - m)[len(cand) - m]
-            cand = cand[prio[cand] >= kth]
-        cand = cand[np.lexsort((cand, -prio[cand]))][:m]
-        self.proposal = cand.tolist()
+            victim = self._lowest(self._rank())
+            if victim >= 0:
+                blocked |= ~self._admits(slice(None), victim)
+        prio[blocked] = 0.0
+        self.proposal = top_ranked(np.flatnonzero(prio > 0), prio, self.max_proposal).tolist()
 
     # ---- engine hooks ---------------------------------------------------------------------
     def on_request_start(self, request, now_ms):
-        self.active[request.index] = _Active(self.ctx.total_experts, self.eamc.capacity)
+        self.active[request.index] = _Active(self.ctx.total_experts, self.eamc.capacity,
+                                             self.iteration_query)
         self._update_scores()
         self._propose(-1)
 
     def on_layer_routed(self, routing, now_ms):
         members, layer = routing.iteration.members, routing.layer
-        prefill = routing.iteration.kind == "prefill"
+        prefill, it = routing.iteration.kind == "prefill", routing.iteration.index
+        E = self.ctx.num_experts
         if len(members) == 1:
             st = self.active[members[0][0]]
-            self._observe(st, layer, routing.experts, routing.counts, prefill)
+            self._observe(st, layer, routing.experts, routing.counts, prefill, it)
         else:
-            E = self.ctx.num_experts
             for r, rows in routing.per_request().items():
                 counts = np.bincount(rows.ravel(), minlength=E)[:E]
                 ids = np.flatnonzero(counts)
-                self._observe(self.active[r], layer, ids.tolist(), counts[ids].tolist(), prefill)
+                self._observe(self.active[r], layer, ids.tolist(), counts[ids].tolist(),
+                              prefill, it)
+        if self.freq_decay_eviction:
+            self.layer_now = layer
+            self.freq[[layer * E + e for e in routing.experts]] += 1.0  # one visit per access
         self._update_scores()
         self._propose(layer)
 
@@ -263,19 +280,14 @@ class MoEInfinity(System):
     def choose_victim(self, candidates, incoming, demand, now_ms):
         if not candidates.full:
             return None
-        # Lowest predicted reuse among evictable residents, ties by lowest key (argmin's).
-        masked = np.where(self.resident, self.score, np.inf)
-        while True:
-            victim = int(np.argmin(masked))
-            if masked[victim] == np.inf:
-                return None
-            if victim in candidates:
-                break
-            masked[victim] = np.inf  # in use by the running layer or still in flight
-        if not demand and self.score[victim] >= self.score[incoming]:
-            return None  # a prefetch must not evict an expert predicted at least as useful
+        victim = self._lowest(self._rank(), candidates)  # evictable, lowest rank
+        if victim < 0:
+            return None
+        if not demand and not self._admits(incoming, victim):
+            return None  # declined: not enough more useful than what it would displace
         self.resident[victim] = False
         self.n_resident -= 1
+        self.freq[victim] = 0.0
         return victim
 
     def on_load(self, key, demand, now_ms):
@@ -292,15 +304,44 @@ class MoEInfinity(System):
     def describe(self):
         return {**super().describe(), "eamc_capacity": self.capacity,
                 "max_proposal": self.max_proposal, "learn_online": self.learn_online,
-                "own_weight": self.own_weight,
+                "own_weight": self.own_weight, "admit_margin": self.admit_margin,
+                "match_top": self.match_top, "iteration_query": self.iteration_query,
+                "freq_decay_eviction": self.freq_decay_eviction,
                 "eamc_entries": self.eamc.n if self.eamc else 0,
                 "eamc_replacements": self.eamc.replaced if self.eamc else 0,
                 "matches": self.matches,
                 "mean_best_cosine": self.best_cos_sum / self.matches if self.matches else None}
 
 
-def request_eams(trace) -> list[np.ndarray]:
-    """EAM [L, E] (token counts over prefill and decode) of every request of a trace."""
-    steps = int(trace.step_offsets[-1])
-    per_step = block_expert_counts(trace).reshape(steps, trace.num_layers, trace.num_experts)
-    return list(np.add.reduceat(per_step, trace.step_offsets[:-1], axis=0))  # R x [L, E]
+def released_layer_factor(num_layers: int, num_experts: int) -> np.ndarray:
+    """The released code's layer ("topology") factor of eviction, [L, L*E]: row c is for the
+    current layer c, normalised over all keys, + 1e-6 (expert_priority_score.priority_score).
+    It splits the layers in halves (a leftover of encoder-decoder Switch, applied to every
+    model): layers of the current half up to c get 1, later ones of that half 1 - i/n (first
+    half) or (i - n) / (n + 1) (second half, i - n counted from its start); the other half
+    keeps its later-layer rule. n = L // 2; a single layer (n = 0) gets a uniform factor."""
+    n, i = num_layers // 2, np.arange(num_layers)
+    if n == 0:
+        return np.full((num_layers, num_layers * num_experts), 1.0 / num_experts + 1e-6)
+    first, second = 1.0 - i / n, (i - n) / (n + 1.0)
+    rows = []
+    for c in range(num_layers):
+        if c < n:
+            t = np.where(i < n, np.where(i > c, first, 1.0), second)
+        else:
+            t = np.where(i < n, first, np.where(i > c, second, 1.0))
+        rows.append(np.repeat(t / (t.sum() * num_experts), num_experts) + 1e-6)
+    return np.array(rows)
+
+
+def released_priority(reuse: np.ndarray, freq: np.ndarray, layer_factor: np.ndarray):
+    """The released code's eviction priority [L*E] (lowest evicted first): the product of the
+    layer factor, the predicted reuse and the access frequency of the resident experts, each
+    normalised to sum 1 and shifted by 1e-6 (an all-zero factor counts as uniform). `freq`:
+    accesses since the expert was loaded, 0 for absent keys; integer-valued, so its sum is
+    exact."""
+    out = layer_factor.copy()
+    for f in (reuse, freq):
+        total = float(f.sum())
+        out *= (f / total if total > 0 else 1.0 / len(f)) + 1e-6
+    return out

@@ -9,7 +9,8 @@ from helpers import EvictableSet, FixedBackend, random_trace, tiny_model
 
 from harness.engine import Engine
 from systems.base import SystemContext
-from systems.moe_infinity import EAMC, MoEInfinity, request_eams
+from systems.eamc import EAMC, request_eams, top_ranked
+from systems.moe_infinity import MoEInfinity, released_layer_factor, released_priority
 
 
 def _ctx(L=3, E=4, slots=12):
@@ -43,10 +44,12 @@ def test_cosine_is_over_the_layers_seen_so_far():
     assert c.query(full)[0] == 1
 
 
-def _bound_with_history(eam, own_weight=0.0, slots=12, max_proposal=8):
-    sys_ = MoEInfinity(eamc_capacity=4, max_proposal=max_proposal, own_weight=own_weight)
+def _bound_with_history(*eams, own_weight=0.0, slots=12, max_proposal=8, **knobs):
+    sys_ = MoEInfinity(eamc_capacity=4, max_proposal=max_proposal, own_weight=own_weight,
+                       **knobs)
     sys_.bind(_ctx(slots=slots))
-    sys_.eamc.insert(np.asarray(eam, dtype=np.float32))
+    for eam in eams:
+        sys_.eamc.insert(np.asarray(eam, dtype=np.float32))
     return sys_
 
 
@@ -57,10 +60,13 @@ class _Req:
 class _It:
     kind, members = "decode", ((0, 1),)
 
+    def __init__(self, index=0):
+        self.index = index
+
 
 class _Routing:
-    def __init__(self, layer, experts, counts):
-        self.iteration, self.layer = _It(), layer
+    def __init__(self, layer, experts, counts, iteration=0):
+        self.iteration, self.layer = _It(iteration), layer
         self.experts, self.counts = experts, counts
 
 
@@ -81,7 +87,20 @@ def test_own_weight_blends_the_requests_own_eam():
     s.on_layer_routed(_Routing(0, [1], [1]), 0.0)
     # own EAM: layer 0 = [0 1 0 0]; matched P(layer 0) = [1 0 0 0] -> blend [.5 .5 0 0]
     np.testing.assert_allclose(s.score[:4], [0.5, 0.5, 0.0, 0.0])
-    np.testing.assert_allclose(s.score[4:8], [0.125, 0.375, 0.0, 0.0])
+    # layer 1 not reached yet: the matched P alone (its own row has no counts to blend)
+    np.testing.assert_allclose(s.score[4:8], [0.25, 0.75, 0.0, 0.0])
+
+
+def test_reuse_variance_blends_the_matched_and_own_estimates():
+    s = _bound_with_history([[2, 0, 0, 0], [1, 3, 0, 0], [0, 0, 3, 1]], own_weight=0.5)
+    s.on_request_start(_Req(), 0.0)
+    s.on_layer_routed(_Routing(0, [0, 1], [1, 1]), 0.0)
+    # layer 0: P = [1 0 0 0] (variance 0), own = [.5 .5 0 0] from 2 counts (variance
+    # .5 * .5 / 2 = .125): score .5 P + .5 own, variance .25 * 0 + .25 * .125
+    np.testing.assert_allclose(s.score[:4], [0.75, 0.25, 0.0, 0.0])
+    np.testing.assert_allclose(s.var[:4], [0.03125, 0.03125, 0.0, 0.0])
+    # layer 1 not reached: P's own variance, .25 * .75 / 4 for both routed experts
+    np.testing.assert_allclose(s.var[4:8], [0.046875, 0.046875, 0.0, 0.0])
 
 
 def test_eviction_takes_the_lowest_predicted_reuse_and_prefetch_never_evicts_better():
@@ -99,6 +118,101 @@ def test_eviction_takes_the_lowest_predicted_reuse_and_prefetch_never_evicts_bet
     # a demand fetch may
     assert s.choose_victim(EvictableSet({0, 10}), 4, True, 0.0) == 10
     assert s.choose_victim(EvictableSet({0}, full=False), 4, True, 0.0) is None  # free slot
+
+
+# Stored EAM for the admission tests: P(layer 0) = [1 0 0 0], P(layer 1) = [.25 .5 .25 0],
+# P(layer 2) = [0 0 .75 .25]; with own_weight 0 the scores are these shares: key 0: 1,
+# key 4: .25, key 5: .5, key 6: .25, key 10: .75, key 11: .25, every other key 0. Their
+# variances s (1 - s) / 4 (4 counts per row): key 4: .046875, key 5: .0625.
+_ADMIT_EAM = [[4, 0, 0, 0], [1, 2, 1, 0], [0, 0, 3, 1]]
+
+
+def _full_cache(margin):
+    s = _bound_with_history(_ADMIT_EAM, slots=4, admit_margin=margin)
+    s.on_request_start(_Req(), 0.0)
+    for key in (0, 4, 10, 11):
+        s.on_load(key, True, 0.0)
+    s.on_layer_routed(_Routing(0, [0], [1]), 0.0)
+    return s
+
+
+def test_hysteresis_refuses_a_prefetch_within_the_margin():
+    s = _full_cache(1.0)
+    # victim: key 4 (.25, ties with key 11 -> lowest key). Key 5: gap .5 - .25 = .25, one
+    # standard error sqrt(.0625 + .046875) = .3307 > .25: refused
+    assert s.propose_prefetch(0.0) == []
+    assert s.choose_victim(EvictableSet({0, 4, 10, 11}), 5, False, 0.0) is None
+    assert s.resident[4] and s.n_resident == 4
+    # a demand fetch ignores the margin
+    assert s.choose_victim(EvictableSet({0, 4, 10, 11}), 5, True, 0.0) == 4
+
+
+def test_hysteresis_admits_a_prefetch_beyond_the_margin():
+    s = _full_cache(0.5)
+    # key 5: gap .25 > .5 * .3307 = .1654: proposed (key 6, gap 0, is not), admitted over key 4
+    assert s.propose_prefetch(0.0) == [5]
+    assert s.choose_victim(EvictableSet({0, 4, 10, 11}), 5, False, 0.0) == 4
+    assert not s.resident[4] and s.n_resident == 3
+
+
+# Three stored EAMs (rows = layers). A query of one token to expert 0 at layer 0 has cosine
+# 3/sqrt(10) = .949 with A, 0 with B, 2/sqrt(8) = .707 with C (layer 0 only).
+_A = [[3, 1, 0, 0], [4, 0, 0, 0], [0, 0, 0, 4]]
+_B = [[0, 1, 3, 0], [0, 4, 0, 0], [0, 0, 4, 0]]
+_C = [[2, 2, 0, 0], [0, 0, 4, 0], [0, 4, 0, 0]]
+
+
+@pytest.mark.parametrize("m, want", [
+    (1, [[.75, .25, 0, 0], [1, 0, 0, 0], [0, 0, 0, 1]]),  # A alone
+    (2, [[.625, .375, 0, 0], [.5, 0, .5, 0], [0, .5, 0, .5]]),  # A + C = [[5 3 0 0] ...]
+    (3, [[5 / 12, 4 / 12, 3 / 12, 0], [1 / 3, 1 / 3, 1 / 3, 0], [0, 1 / 3, 1 / 3, 1 / 3]]),
+])
+def test_top_m_matches_are_summed_then_row_normalised(m, want):
+    s = _bound_with_history(_A, _B, _C, match_top=m)
+    s.on_request_start(_Req(), 0.0)
+    s.on_layer_routed(_Routing(0, [0], [1]), 0.0)
+    assert s.active[0].best == (0, 2, 1)[:m]
+    np.testing.assert_allclose(s.score, np.ravel(want))
+
+
+def test_top_ranked_breaks_ties_by_lowest_index():
+    v = np.array([0.5, 0.9, 0.5, 0.1, 0.5])
+    assert top_ranked(np.arange(5), v, 2).tolist() == [1, 0]
+    assert top_ranked(np.arange(5), v, 3).tolist() == [1, 0, 2]
+    assert top_ranked(np.array([4, 2, 3]), v, 2).tolist() == [2, 4]
+
+
+@pytest.mark.parametrize("iteration_query, want", [(True, (0,)), (False, (1,))])
+def test_query_at_iteration_or_request_level(iteration_query, want):
+    a = [[4, 0, 0, 0], [4, 0, 0, 0], [4, 0, 0, 0]]
+    b = [[0, 4, 0, 0], [0, 4, 0, 0], [0, 4, 0, 0]]
+    s = _bound_with_history(a, b, iteration_query=iteration_query, match_top=1)
+    s.on_request_start(_Req(), 0.0)
+    s.on_layer_routed(_Routing(0, [1], [5], iteration=0), 0.0)
+    s.on_layer_routed(_Routing(0, [0], [1], iteration=1), 0.0)
+    # iteration level: this iteration's [1 0 0 0] over layer 0: cos 1 with a, 0 with b.
+    # request level: [1 5 0 0] over all layers: dots 4 with a, 20 with b (equal norms).
+    assert s.active[0].best == want
+    np.testing.assert_array_equal(s.active[0].eam[:4], [1, 5, 0, 0])  # learnt EAM: both
+
+
+def test_released_layer_factor_by_hand():
+    # L = 4, n = 2. Current layer 0 (first half): layers <= 0 get 1, layer 1: 1 - 1/2,
+    # second half (i - 2) / 3: 0, 1/3. Current layer 3 (second half): 1 - i/2 for the first
+    # half, 1 for layers 2, 3 (<= current).
+    f = released_layer_factor(4, 1)
+    for c, raw in ((0, [1, .5, 0, 1 / 3]), (3, [1, .5, 1, 1])):
+        np.testing.assert_allclose(f[c], np.array(raw) / sum(raw) + 1e-6)
+
+
+def test_released_priority_by_hand():
+    reuse = np.array([.5, .25, .25, 0.0])  # sums to 1
+    freq = np.array([2.0, 0.0, 1.0, 3.0])  # sums to 6
+    got = released_priority(reuse, freq, np.ones(4))
+    want = [(.5 + 1e-6) * (1 / 3 + 1e-6), (.25 + 1e-6) * 1e-6, (.25 + 1e-6) * (1 / 6 + 1e-6),
+            1e-6 * (.5 + 1e-6)]
+    np.testing.assert_allclose(got, want, rtol=1e-12)
+    assert int(np.argmin(got)) == 1  # never visited since loaded: evicted first
 
 
 def test_request_eams_count_tokens_over_prefill_and_decode():
@@ -133,6 +247,25 @@ def test_budget_and_invariants(slots, batch):
     assert d["eamc_entries"] == 3 and d["eamc_replacements"] == 6
 
 
+@pytest.mark.parametrize("knobs", [
+    {"iteration_query": False, "match_top": 2},
+    {"admit_margin": 1.0, "match_top": 3},
+    {"freq_decay_eviction": True, "admit_margin": 0.5},
+])
+@pytest.mark.parametrize("batch", [1, 3])
+def test_rule_options_keep_the_invariants(knobs, batch):
+    model = tiny_model(layers=3, experts=4, top_k=2)
+    trace = random_trace(model, n_requests=5, prompt_len=4, output_len=5, seed=3)
+    calib = random_trace(model, n_requests=4, prompt_len=4, output_len=5, seed=99)
+    system = MoEInfinity(eamc_capacity=3, max_proposal=4, **knobs)
+    engine = Engine(model, FixedBackend(), trace, system, 5 * model.expert_bytes, batch)
+    system.warmup(calib)
+    engine.run()
+    engine.cache.check_invariants()
+    assert engine.cache.peak_slots <= 5
+    assert int(system.resident.sum()) == system.n_resident == len(engine.cache.ready_ms)
+
+
 def test_bad_knobs_are_refused():
     with pytest.raises(ValueError, match="own_weight"):
         MoEInfinity(own_weight=1.5)
@@ -140,3 +273,11 @@ def test_bad_knobs_are_refused():
         MoEInfinity(max_proposal=-1)
     with pytest.raises(ValueError, match="eamc_capacity"):
         MoEInfinity(eamc_capacity=0).bind(_ctx())
+    with pytest.raises(ValueError, match="^admit_margin"):
+        MoEInfinity(admit_margin=-0.1)
+    with pytest.raises(ValueError, match="^match_top"):
+        MoEInfinity(match_top=0)
+    with pytest.raises(ValueError, match="^iteration_query"):
+        MoEInfinity(iteration_query=1)
+    with pytest.raises(ValueError, match="^freq_decay_eviction"):
+        MoEInfinity(freq_decay_eviction="yes")

@@ -1,0 +1,106 @@
+"""MoE-Infinity's expert activation matrix collection (EAMC) and the EAM helpers around it.
+
+An EAM is one request's token counts [L, E] (tokens routed to each expert of each MoE layer,
+prefill and decode). The collection stores up to `capacity` of them with prefix norms, so a
+partial EAM (the layers seen so far) can be matched by cosine over those layers only. Used by
+systems/moe_infinity.py; the policy itself lives there.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from harness.blocks import block_expert_counts
+
+
+class EAMC:
+    """Expert activation matrix collection: up to `capacity` EAMs [L, E] with prefix norms.
+
+    Stored layer-major, `cols` [L*E, capacity] (one column per EAM), so that matching one layer's
+    k routed experts reads k contiguous rows. float64 holding integer token counts: every dot
+    product of counts is exact (its sums stay far below 2**53), so the BLAS kernel's summation
+    order cannot change a match (docs/trace-format.md, "Portable determinism")."""
+
+    def __init__(self, capacity: int, num_layers: int, num_experts: int):
+        if capacity < 1:
+            raise ValueError(f"moe_infinity: eamc_capacity must be >= 1, got {capacity}")
+        self.capacity, self.L, self.E = capacity, num_layers, num_experts
+        self.cols = np.zeros((num_layers * num_experts, capacity))
+        self.prefix = np.zeros((num_layers, capacity))  # [l, slot]: sum of squares, layers 0..l
+        # [l, slot]: 1 / sqrt(prefix) (0 for an empty prefix)
+        self.inv_norm = np.zeros((num_layers, capacity))
+        self.n = 0
+        self.replaced = 0
+        self.version = 0  # bumped on every insert: cached dot products are then stale
+
+    def insert(self, eam: np.ndarray) -> int:
+        """Store an EAM [L, E]; when full, overwrite the most similar entry. Returns its slot."""
+        eam = np.asarray(eam, dtype=np.float64)
+        if self.n < self.capacity:
+            slot = self.n
+            self.n += 1
+        else:
+            slot = int(np.argmax(self.cosine(eam.ravel())))
+            self.replaced += 1
+        self.cols[:, slot] = eam.ravel()
+        self.prefix[:, slot] = np.cumsum(np.square(eam, dtype=np.float64).sum(axis=1))
+        p = self.prefix[:, slot]
+        self.inv_norm[:, slot] = np.divide(1.0, np.sqrt(p), out=np.zeros_like(p), where=p > 0)
+        self.version += 1
+        return slot
+
+    def entry(self, slot: int) -> np.ndarray:
+        """Stored EAM [L, E] of one slot."""
+        return self.cols[:, slot].reshape(self.L, self.E)
+
+    def cosine(self, flat_eam: np.ndarray, upto_layer: int | None = None) -> np.ndarray:
+        """Cosine [n] of an EAM (flattened [L*E]) with every entry, over layers 0..upto_layer."""
+        lim = self.L - 1 if upto_layer is None else upto_layer
+        width = (lim + 1) * self.E
+        q = np.asarray(flat_eam[:width], dtype=np.float64)
+        dots = q @ self.cols[:width, :self.n]
+        norm2 = float(np.dot(q, q))
+        denom = np.sqrt(norm2 * self.prefix[lim, :self.n])
+        return np.divide(dots, denom, out=np.zeros(len(dots)), where=denom > 0)
+
+    def query(self, flat_eam: np.ndarray, upto_layer: int | None = None) -> tuple[int, float]:
+        """Best match (slot, cosine); ties go to the lowest slot."""
+        cos = self.cosine(flat_eam, upto_layer)
+        best = int(np.argmax(cos))
+        return best, float(cos[best])
+
+    def predicted(self, slots: tuple[int, ...] | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """Predicted EAM of matched entries (None: every stored entry), flattened [L*E]: their
+        token counts summed, then row-normalised per layer (all-zero rows stay zero); and the
+        variance of each share as a binomial estimate from the row's n counts, s (1 - s) / n.
+        Sums of integer counts are exact, so the order of the entries cannot change either."""
+        cols = self.cols[:, :self.n] if slots is None else self.cols[:, list(slots)]
+        counts = cols.sum(axis=1).reshape(self.L, self.E)
+        return share_and_variance(counts)
+
+
+def share_and_variance(counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Counts [L, E] -> per-layer shares and their binomial variances s (1 - s) / n (n: the
+    row's counts), both flattened [L*E]; all-zero rows give zeros."""
+    rows = counts.sum(axis=1, keepdims=True)
+    shares = np.divide(counts, rows, out=np.zeros_like(counts), where=rows > 0)
+    var = np.divide(shares * (1.0 - shares), rows, out=np.zeros_like(shares), where=rows > 0)
+    return shares.ravel(), var.ravel()
+
+
+def top_ranked(idx: np.ndarray, values: np.ndarray, m: int) -> np.ndarray:
+    """The at most m entries of `idx` with the highest `values[idx]`, highest first, ties by
+    lowest index. Which of several equal values at the cut np.partition keeps depends on
+    numpy's SIMD sort, so every tie with the m-th highest is kept and the lexsort picks."""
+    if len(idx) > m:
+        v = values[idx]
+        kth = np.partition(v, len(idx) - m)[len(idx) - m]
+        idx = idx[v >= kth]
+    return idx[np.lexsort((idx, -values[idx]))][:m]
+
+
+def request_eams(trace) -> list[np.ndarray]:
+    """EAM [L, E] (token counts over prefill and decode) of every request of a trace."""
+    steps = int(trace.step_offsets[-1])
+    per_step = block_expert_counts(trace).reshape(steps, trace.num_layers, trace.num_experts)
+    return list(np.add.reduceat(per_step, trace.step_offsets[:-1], axis=0))  # R x [L, E]
