@@ -10,9 +10,13 @@ the first d layers of an iteration come from the map whose prompt embedding is c
 the layers seen so far are closest (trajectory, cosine, updated incrementally per layer).
 From the matched row, experts are taken most probable first until they cover
 delta = clip(1 - score, 0, 1) (at least top-k). Prefetch priority p / (l - l_now); eviction
-takes the lowest p * freq. Matching is asynchronous: a prediction is usable
-`match_us_per_map` * stored maps after it is issued (modelled, never measured), and the
-engine takes it at its next hook. Choices and divergences: docs/systems.md.
+takes the lowest p * freq, ties to the least recently used. Not in the paper: a prefetch may
+evict only a victim whose use rate is below the incoming's expected use by `admission_margin`;
+without `probs`, the probabilities read from a top-k count map are smoothed
+(`count_smoothing`).
+Matching is asynchronous: a prediction is usable `match_us_per_map` * stored maps after it is
+issued (modelled, never measured), and the engine takes it at its next hook. Choices,
+divergences and the sweeps behind the defaults: docs/systems.md.
 """
 
 from __future__ import annotations
@@ -37,11 +41,12 @@ _PROTECTED_TIER = 1e12
 class _Prediction:
     """Experts predicted for one layer of an iteration by one match."""
 
-    __slots__ = ("layer", "ready_ms", "keys", "probs", "row", "applied")
+    __slots__ = ("layer", "ready_ms", "keys", "probs", "row", "score", "applied")
 
-    def __init__(self, layer, ready_ms, keys, probs, row):
+    def __init__(self, layer, ready_ms, keys, probs, row, score=1.0):
         self.layer, self.ready_ms, self.keys, self.probs, self.row = (
             layer, ready_ms, keys, probs, row)
+        self.score = score  # the match's cosine
         self.applied = False  # its row has been written into the eviction probabilities
 
 
@@ -53,14 +58,18 @@ class FMoE(System):
     def __init__(self, prefetch_distance: int = 3, store_capacity: int = 1000,
                  match_us_per_map: float = 0.05, online_update: bool = True,
                  semantic_same_kind: bool = True, protect_prefetched: bool = True,
+                 admission_margin: float | None = 0.4, count_smoothing: float = 0.25,
                  prefetch: bool = True):
-        super().__init__(prefetch)  # false: maps still set eviction priorities, no prefetch
+        super().__init__(prefetch)  # false: maps still set eviction priorities, no copies
         self.d = int_knob(prefetch_distance, "prefetch_distance", lo=1)
         self.capacity = int_knob(store_capacity, "store_capacity", lo=1, hi=HISTORY_CAP)
         self.match_us_per_map = float_knob(match_us_per_map, "match_us_per_map", lo=0.0)
         self.online_update = bool_knob(online_update, "online_update")
         self.semantic_same_kind = bool_knob(semantic_same_kind, "semantic_same_kind")
         self.protect_prefetched = bool_knob(protect_prefetched, "protect_prefetched")
+        self.margin = float_knob(admission_margin, "admission_margin", lo=0.0,
+                                 null="off: every prefetch may evict, the paper's rule")
+        self.smoothing = float_knob(count_smoothing, "count_smoothing", lo=0.0, hi=1.0)
 
     def bind(self, ctx):
         super().bind(ctx)
@@ -70,8 +79,12 @@ class FMoE(System):
                        DECODE: [i for i, s in enumerate(ctx.moe_layer_stacks) if s != "encoder"]}
         self.store = ExpertMapStore(self.capacity, L, E, self.d, self.active)
         self.pos = {k: {layer: i for i, layer in enumerate(v)} for k, v in self.active.items()}
-        self.p = np.full(L * E, 1.0 / E)  # latest predicted probability of each expert
+        self.p = np.full(L * E, 1.0 / E)  # latest predicted probability; 1/E before any
         self.freq = np.zeros(L * E)  # accesses since the run began
+        self.last_use = np.zeros(L * E, np.int64)  # `clock` at each key's last access
+        self.clock = 0  # MoE layer visits so far: the recency order of eviction ties
+        self.visits = np.zeros(L, np.int64)  # iterations that ran each layer
+        self.expected: dict[int, float] = {}  # key -> expected use, for the queued prefetches
         self.resident = np.zeros(L * E, bool)
         self.vscore = np.full(L * E, np.inf)  # p * freq where resident, else inf
         self.protect_cnt = np.zeros(L * E, np.int32)  # usable predictions naming each key
@@ -85,7 +98,7 @@ class FMoE(System):
         self.requests: dict[int, dict] = {}
         self.use_probs = "probs" in ctx.trace_fields
         self.stats = {"requests": 0, "requests_without_embedding": 0, "predictions": 0,
-                      "semantic_matches": 0, "trajectory_matches": 0}
+                      "semantic_matches": 0, "trajectory_matches": 0, "admission_declined": 0}
 
     # ---- history -----------------------------------------------------------------------
     def warmup(self, calibration) -> None:
@@ -136,29 +149,43 @@ class FMoE(System):
     def _semantic(self, r: int, kind: int) -> None:
         for x in self.requests[r]["sem"].get(kind, ()):
             if x is not None:
-                self.pending.append(_Prediction(x.layer, x.ready_ms, x.keys, x.probs, x.row))
+                self.pending.append(_Prediction(x.layer, x.ready_ms, x.keys, x.probs, x.row,
+                                                x.score))
                 self.stats["predictions"] += 1
 
     def _prediction(self, layer: int, idx: int, score: float, ready_ms: float):
-        """The delta-rule set of stored map `idx` at `layer`; None for a layer without tokens."""
+        """The delta-rule set of stored map `idx` at `layer`; None for a layer without tokens.
+        Without probs, the probabilities read from the count row (queue priority, eviction p,
+        expected use) are smoothed toward 1/E; the delta rule selects from the row itself."""
         store = self.store
         if store.mass[layer, idx, -1] <= 0:
             return None
         ids = store.select(layer, idx, score, self.ctx.top_k)
         row = store.maps[layer, idx].copy()
-        return _Prediction(layer, ready_ms, layer * self.ctx.num_experts + ids, row[ids], row)
+        if not self.use_probs and self.smoothing:  # the fallback's probability estimate
+            row = (1.0 - self.smoothing) * row + self.smoothing / self.ctx.num_experts
+        return _Prediction(layer, ready_ms, layer * self.ctx.num_experts + ids, row[ids], row,
+                           score)
 
     def on_layer_routed(self, routing, now_ms):
         it, layer, E = routing.iteration, routing.layer, self.ctx.num_experts
         if it.index != self.iter:
             self.iter, self.traj = it.index, {}
             self.kind = PREFILL if it.kind == "prefill" else DECODE
-        active = self.active[self.kind]
         self.pos_now = pos = self.pos[self.kind][layer]
         keys = layer * E + np.asarray(routing.experts)
         self.freq[keys] += 1
+        self.clock += 1
+        self.last_use[keys] = self.clock
+        self.visits[layer] += 1
         self._rescore(keys)
-        target = pos + self.d
+        self._match_layer(routing, pos, now_ms)
+        self._apply_usable(now_ms)
+
+    def _match_layer(self, routing, pos: int, now_ms: float) -> None:
+        """Record the layer's rows of the members' maps; match trajectories for layer pos+d."""
+        it, layer, E = routing.iteration, routing.layer, self.ctx.num_experts
+        active, target = self.active[self.kind], pos + self.d
         want_traj = target < len(active) and self.store.n > 0
         if not (want_traj or self.online_update):
             return
@@ -187,8 +214,10 @@ class FMoE(System):
         self.vscore[keys] = np.where(self.resident[keys], self.p[keys] * self.freq[keys],
                                      np.inf)
 
-    def propose_prefetch(self, now_ms):
-        """Usable predictions for layers still ahead, by p / (l - l_now), ties lowest key."""
+    def _apply_usable(self, now_ms) -> list[_Prediction]:
+        """Write the usable predictions for layers still ahead into the eviction p (and their
+        protection); returns them. Run at every hook, so `prefetch: false` keeps the maps'
+        eviction guidance and differs from `prefetch: true` only by the copies."""
         pos, pos_now, E = self.pos[self.kind], self.pos_now, self.ctx.num_experts
         self.pending = live = [x for x in self.pending if pos[x.layer] > pos_now]
         usable = [x for x in live if x.ready_ms <= now_ms]
@@ -204,16 +233,41 @@ class FMoE(System):
                 self._rescore(block)
         if self.protect_prefetched:
             self._set_protect(usable)
+        return usable
+
+    def propose_prefetch(self, now_ms):
+        """Usable predictions for layers still ahead, by p / (l - l_now), ties lowest key."""
+        usable = self._apply_usable(now_ms)
         if not usable:
             return []
+        pos, pos_now = self.pos[self.kind], self.pos_now
         keys = np.concatenate([x.keys for x in usable])
         prio = np.concatenate([x.probs / (pos[x.layer] - pos_now) for x in usable])
+        if self.margin is not None:
+            self._expect(keys, usable)
         order = np.lexsort((keys, -prio))  # priority descending, then lowest key
         keys = keys[order]
         if len(usable) > 1 and self.ctx.max_batch > 1:  # one key, several requests: best wins
             _, first = np.unique(keys, return_index=True)
             keys = keys[np.sort(first)]
         return keys.tolist()
+
+    def _expect(self, keys: np.ndarray, usable: list[_Prediction]) -> None:
+        """Expected use of each proposed key in its predicted iteration: the match's score
+        times the map's share of top-k slots, min(1, k * p); the best over predictions."""
+        k = self.ctx.top_k
+        use = np.concatenate([max(x.score, 0.0) * np.minimum(1.0, k * x.probs)
+                              for x in usable])
+        self.expected = {}
+        for key, u in zip(keys.tolist(), use.tolist()):
+            if u > self.expected.get(key, -1.0):
+                self.expected[key] = u
+
+    def _admits(self, incoming: int, victim: int) -> bool:
+        """A prefetch may evict only a victim whose use rate (accesses per visit of its layer)
+        is below the incoming's expected use by at least the margin."""
+        rate = self.freq[victim] / max(int(self.visits[victim // self.ctx.num_experts]), 1)
+        return self.expected.get(incoming, 0.0) - rate >= self.margin
 
     def _set_protect(self, usable: list[_Prediction]) -> None:
         """Protect the keys of the usable predictions (counted: requests may share keys)."""
@@ -238,21 +292,28 @@ class FMoE(System):
         self.vscore[key] = self.p[key] * self.freq[key]
 
     def choose_victim(self, candidates, incoming, demand, now_ms):
-        """Lowest p * freq (eviction priority 1 / (p * freq)), ties lowest key. Experts still
-        expected by this iteration's predictions are never evicted for a prefetch and only
-        last for a demand fetch."""
+        """Lowest p * freq (eviction priority 1 / (p * freq)), ties to the least recently used
+        (then the lowest key). Experts still expected by this iteration's predictions are
+        never evicted for a prefetch and only last for a demand fetch; a prefetch that fails
+        admission (`_admits`) is declined."""
         if not candidates.full:
             return None
         score = self.vscore + self.penalty
         while True:
-            key = int(score.argmin())
-            if score[key] == np.inf or (not demand and score[key] >= _PROTECTED_TIER):
+            low = score.min()
+            if low == np.inf or (not demand and low >= _PROTECTED_TIER):
                 return None
+            ties = np.flatnonzero(score == low)
+            key = int(ties[np.argmin(self.last_use[ties])])  # least recently used first
             if key in candidates:
-                self.resident[key] = False
-                self.vscore[key] = np.inf
-                return key
+                break
             score[key] = np.inf  # in flight or in use by the running layer
+        if not demand and self.margin is not None and not self._admits(incoming, key):
+            self.stats["admission_declined"] += 1
+            return None
+        self.resident[key] = False
+        self.vscore[key] = np.inf
+        return key
 
     def on_step_end(self, iteration, now_ms):
         """Predict the next decode step's first d layers for the requests that continue."""
@@ -264,6 +325,7 @@ class FMoE(System):
                 self._keep_map(state, step)
             if step + 1 < state["info"].output_len:
                 self._semantic(r, DECODE)
+        self._apply_usable(now_ms)
 
     def _keep_map(self, state: dict, step: int) -> None:
         L, E = self.ctx.num_layers, self.ctx.num_experts
@@ -290,7 +352,8 @@ class FMoE(System):
                     "match_us_per_map": self.match_us_per_map,
                     "online_update": self.online_update,
                     "semantic_same_kind": self.semantic_same_kind,
-                    "protect_prefetched": self.protect_prefetched})
+                    "protect_prefetched": self.protect_prefetched,
+                    "admission_margin": self.margin, "count_smoothing": self.smoothing})
         if hasattr(self, "store"):
             s = self.stats
             out.update(s)

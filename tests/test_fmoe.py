@@ -153,7 +153,7 @@ def test_batch_merge_keeps_each_key_at_its_best_priority():
 
 
 def test_eviction_takes_the_lowest_p_times_freq():
-    s = _bound()
+    s = _bound(admission_margin=None)  # the paper's rule alone: every prefetch may evict
     for key in range(4):
         s.on_load(key, True, 0.0)
     s.p[:4], s.freq[:4] = [0.5, 0.1, 0.4, 0.9], [1, 6, 2, 1]
