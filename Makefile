@@ -15,8 +15,8 @@ TEST_STAMP := $(VENV)/.installed-test
 TORCH_PIP ?= torch==2.13.0
 PIP := $(PY) -m pip install --quiet --disable-pip-version-check
 
-.PHONY: reproduce-table1 test lint bench-sim bench-policies bench-behaviour bench-backend \
-	clean-results
+.PHONY: reproduce-table1 audit-prefetch test lint bench-sim bench-policies bench-behaviour \
+	bench-backend clean-results
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -37,6 +37,11 @@ reproduce-table1: $(STAMP)
 	rm -rf results/table1
 	$(MOEBENCH) -m experiment=table1 'system=glob(*)' $(if $(ROUTING),routing=$(abspath $(ROUTING)))
 	$(MOEBENCH) table1 results/table1
+
+# Every system with and without prefetch: synthetic routing (seeds 0-2) and the shared real
+# sample when present (simulated; results/audit_prefetch/audit.md). REQUESTS=60 for a quick look.
+audit-prefetch: $(STAMP)
+	OPENBLAS_NUM_THREADS=1 $(MOEBENCH) audit-prefetch $(if $(REQUESTS),--requests $(REQUESTS))
 
 test: $(TEST_STAMP)
 	$(PY) -m pytest

@@ -2,6 +2,7 @@
 
   moebench [hydra overrides]        run (or, with -m, sweep) configurations
   moebench table1 [results dir]     write results/table1/table1.{md,csv} from finished runs
+  moebench audit-prefetch           every system with and without prefetch (simulated)
   moebench bench-sim                engine throughput and one Table 1 run's wall time
   moebench bench-policies           decision overhead of moe_infinity, fmoe and diff_moe
   moebench bench-behaviour          miss rate and throughput by batch size (simulated)
@@ -81,6 +82,7 @@ def _hydra_main() -> None:
 # Subcommand -> module whose main(argv) -> exit code runs it (imported only when used).
 SUBCOMMANDS = {
     "table1": "analysis.table1",
+    "audit-prefetch": "analysis.prefetch_audit",
     "characterize": "analysis.routing_report",
     "import-routing": "workloads.importers",
     "bench-sim": "harness.bench_sim",
