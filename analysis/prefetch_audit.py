@@ -59,11 +59,12 @@ def _real_traces(out: Path) -> tuple[Path, Path] | None:
     return traces / "cal.npz", traces / "meas.npz"
 
 
-def _run_all(results_dir: Path, experiment: str, base: list[str], seeds: list[int]) -> None:
+def _run_all(results_dir: Path, experiment: str, base: list[str], seeds: list[int],
+             systems: list[str]) -> None:
     from harness.run import run_config
 
     for seed in seeds:
-        for system in system_names():
+        for system in systems:
             for prefetch in ("true", "false"):
                 overrides = [*base, f"system={system}", f"system.prefetch={prefetch}",
                              f"seed={seed}", f"experiment_name={experiment}", "progress=false"]
@@ -133,17 +134,23 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--out", default="results/audit_prefetch")
     ap.add_argument("--no-real", action="store_true", help="skip the real-routing runs")
     ap.add_argument("--report-only", action="store_true", help="tabulate existing runs")
+    ap.add_argument("--systems", help="comma-separated systems to (re)run (default: all); "
+                                      "the report always covers every system")
     args = ap.parse_args(argv)
     out = Path(args.out)
     seeds = [int(s) for s in args.seeds.split(",")]
     synth = ["experiment=table1", f"workload.num_requests={args.requests}",
              f"calibration_requests={args.requests}"]
     real = None if args.no_real else _real_traces(out)
+    systems = args.systems.split(",") if args.systems else system_names()
+    unknown = sorted(set(systems) - set(system_names()))
+    if unknown:
+        ap.error(f"--systems: unknown {unknown}; known: {system_names()}")
     if not args.report_only:
-        _run_all(out, "synthetic", synth, seeds)
+        _run_all(out, "synthetic", synth, seeds, systems)
         if real is not None:
             _run_all(out, "real", ["experiment=table1", f"routing={real[1].resolve()}",
-                                   f"calibration_routing={real[0].resolve()}"], [0])
+                                   f"calibration_routing={real[0].resolve()}"], [0], systems)
     sections = {}
     try:
         sections[f"synthetic routing, seeds {args.seeds}"] = table(out / "synthetic")

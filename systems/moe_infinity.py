@@ -65,7 +65,8 @@ class MoEInfinity(System):
     def __init__(self, eamc_capacity: int = 1000, max_proposal: int = 8,
                  learn_online: bool = True, own_weight: float = 0.5, admit_margin: float = 16.0,
                  match_top: int = 4, iteration_query: bool = True,
-                 freq_decay_eviction: bool = False, prefetch: bool = True):
+                 freq_decay_eviction: bool = False, refetch_guard: bool = True,
+                 prefetch: bool = True):
         super().__init__(prefetch)
         self.own_weight = float_knob(own_weight, "own_weight", lo=0.0, hi=1.0)
         self.capacity = int_knob(eamc_capacity, "eamc_capacity", lo=1, hi=HISTORY_CAP)
@@ -76,6 +77,8 @@ class MoEInfinity(System):
         self.match_top = int_knob(match_top, "match_top", lo=1, hi=HISTORY_CAP)
         self.iteration_query = bool_knob(iteration_query, "iteration_query")
         self.freq_decay_eviction = bool_knob(freq_decay_eviction, "freq_decay_eviction")
+        # true: never prefetch an expert evicted in this or the previous iteration (churn)
+        self.refetch_guard = bool_knob(refetch_guard, "refetch_guard")
         self.eamc: EAMC | None = None
         self.matches, self.best_cos_sum = 0, 0.0
 
@@ -100,6 +103,8 @@ class MoEInfinity(System):
         # [L, L*E], row = the current layer; only the released eviction reads it
         self.topo = released_layer_factor(L, E) if self.freq_decay_eviction else None
         self.layer_now = 0
+        self.it_now = 0  # the running iteration's index
+        self.evicted_it = np.full(L * E, -2)  # [L*E] iteration of each key's last eviction
 
     def warmup(self, calibration):
         for eam in request_eams(calibration):
@@ -240,6 +245,8 @@ class MoEInfinity(System):
             return
         prio = self.score * self.weight[layer + 1]
         blocked = self.resident.copy()
+        if self.refetch_guard:  # evicted just now: prefetching it back would be churn
+            blocked |= self.evicted_it >= self.it_now - 1
         if self.n_resident >= self.ctx.capacity_slots:
             victim = self._lowest(self._rank())
             if victim >= 0:
@@ -257,6 +264,7 @@ class MoEInfinity(System):
     def on_layer_routed(self, routing, now_ms):
         members, layer = routing.iteration.members, routing.layer
         prefill, it = routing.iteration.kind == "prefill", routing.iteration.index
+        self.it_now = it
         E = self.ctx.num_experts
         if len(members) == 1:
             st = self.active[members[0][0]]
@@ -288,6 +296,7 @@ class MoEInfinity(System):
         self.resident[victim] = False
         self.n_resident -= 1
         self.freq[victim] = 0.0
+        self.evicted_it[victim] = self.it_now
         return victim
 
     def on_load(self, key, demand, now_ms):
@@ -306,6 +315,7 @@ class MoEInfinity(System):
                 "max_proposal": self.max_proposal, "learn_online": self.learn_online,
                 "own_weight": self.own_weight, "admit_margin": self.admit_margin,
                 "match_top": self.match_top, "iteration_query": self.iteration_query,
+                "refetch_guard": self.refetch_guard,
                 "freq_decay_eviction": self.freq_decay_eviction,
                 "eamc_entries": self.eamc.n if self.eamc else 0,
                 "eamc_replacements": self.eamc.replaced if self.eamc else 0,

@@ -281,3 +281,23 @@ def test_bad_knobs_are_refused():
         MoEInfinity(iteration_query=1)
     with pytest.raises(ValueError, match="^freq_decay_eviction"):
         MoEInfinity(freq_decay_eviction="yes")
+
+
+def test_refetch_guard_keeps_an_expert_evicted_now_or_one_iteration_ago_out_of_prefetch():
+    """The prefetch order of test_prefetch_order_... is [5, 10, 4, 11]. Key 5 evicted in
+    iteration 3 is not proposed in iterations 3 and 4 (that copy would be churn) and is
+    proposed again in iteration 5; without the guard it stays in the first place."""
+    hist = [[2, 0, 0, 0], [1, 3, 0, 0], [0, 0, 3, 1]]
+    for guard, expected in ((True, ([10, 4, 11], [10, 4, 11], [5, 10, 4, 11])),
+                            (False, ([5, 10, 4, 11],) * 3)):
+        s = _bound_with_history(hist, slots=4, refetch_guard=guard)
+        s.on_request_start(_Req(), 0.0)
+        s.on_layer_routed(_Routing(0, [0], [1], iteration=3), 0.0)
+        s.on_load(5, True, 0.0)
+        s.on_load(0, True, 0.0)
+        assert s.choose_victim(EvictableSet({5}), 1, True, 0.0) == 5  # evicted in iteration 3
+        got = []
+        for it in (3, 4, 5):
+            s.on_layer_routed(_Routing(0, [0], [1], iteration=it), 0.0)
+            got.append([k for k in s.propose_prefetch(0.0) if k != 0])
+        assert tuple(got) == expected, (guard, got)
