@@ -94,7 +94,8 @@ def atomic_dir(path: Path | str) -> Iterator[Path]:
     """Yield an empty temporary sibling folder; on success it replaces the folder `path`."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    clean_leftovers(path, ("tmp", "old"))
+    restore_set_aside(path)  # before its leftovers go: it may be the only complete copy
+    clean_leftovers(path)
     tmp = tmp_sibling(path)
     tmp.mkdir()
     try:
@@ -140,12 +141,11 @@ def _exchange(a: Path, b: Path) -> bool:
 def restore_set_aside(final: Path) -> None:
     """A writer killed between its two renames (no renameat2) left the old folder aside."""
     final = Path(final)
-    if final.exists():
-        clean_leftovers(final, ("old",))
-        return
-    olds = sorted(final.parent.glob(f".{final.name}.old-*"), key=lambda p: p.stat().st_mtime)
-    if olds:
-        os.replace(olds[-1], final)
+    if not final.exists():
+        olds = sorted(final.parent.glob(f".{final.name}.old-*"),
+                      key=lambda p: p.stat().st_mtime)
+        if olds:
+            os.replace(olds[-1], final)
     clean_leftovers(final, ("old",))
 
 

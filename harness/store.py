@@ -21,13 +21,13 @@ import re
 import unicodedata
 from pathlib import Path
 
-from harness.atomic import restore_set_aside
+from harness.results import NON_SEMANTIC_KEYS
 from harness.specs import SpecError
 
 NAME_MAX_CHARS = 200  # leaves room under the usual 255-byte limit for hidden siblings
 HASH_CHARS = 8
 # Overrides that do not change what a run computes are left out of its folder name.
-NAME_EXCLUDED = ("experiment", "experiment_name", "results_dir", "progress", "run_name")
+NAME_EXCLUDED = ("experiment", *NON_SEMANTIC_KEYS)
 _UNSAFE_IN_NAME = re.compile(r"[^A-Za-z0-9._=,+@%:-]")
 
 
@@ -111,7 +111,6 @@ class RunLock:
             os.close(fd)
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
         self.fd = fd
-        restore_set_aside(self.run_dir)  # a writer killed mid-replace left the old run aside
         return self
 
     def __exit__(self, *exc) -> None:
