@@ -98,25 +98,6 @@ def per_request(seq: np.ndarray, E: int, k: int, min_tokens: int) -> dict:
     return out
 
 
-def spec_accuracy(tr, max_rows: int = 200_000) -> float | None:
-    """Share of the next layer's experts that the trace's spec_topk guessed (None: absent).
-    Measured on every stride-th row (at most ~max_rows), deterministic."""
-    if tr.spec_topk is None:
-        return None
-    L, E = tr.num_layers, tr.num_experts
-    counts = np.diff(tr.block_offsets)
-    row_block = np.repeat(np.arange(len(counts)), counts)
-    rows = np.flatnonzero(row_block % L < L - 1)
-    rows = rows[::max(1, len(rows) // max_rows)]
-    nxt = rows + counts[row_block[rows]]  # same token at the next layer (same stack)
-    guess, actual = tr.spec_topk[rows], tr.topk[np.minimum(nxt, len(tr.topk) - 1)]
-    ok = guess[:, 0] < E  # E: no guess (last layer, or the next layer is another stack)
-    if not ok.any():
-        return None
-    match = (guess[ok][:, :, None] == actual[ok][:, None, :]).any(-2)  # actual id guessed
-    return float(match.mean())
-
-
 def _layer_pairs(seq: np.ndarray, perm: np.ndarray | None = None):
     """A token's experts at layer l and at layer l+1, for every (l, t) where the token has
     both: (layer int [n], at_l int [n, k], at_next int [n, k]). With perm [T], layer l+1's

@@ -20,9 +20,9 @@ from analysis.characterize import (
     LAGS,
     characterize,
     request_sequences,
-    spec_accuracy,
 )
 from harness.atomic import atomic_path, write_json, write_text
+from harness.metrics import spec_recall
 
 ROWS = [  # (key, label, format)
     ("requests", "requests", "{}"),
@@ -178,7 +178,7 @@ def main(argv: list[str]) -> int:
         print(f"moebench characterize: error: {exc}", file=sys.stderr)
         return 2
     st = characterize(seqs, E, k, args.min_tokens, args.seed)
-    st["spec_hit"] = spec_accuracy(tr) if tr is not None else None
+    st["spec_hit"] = spec_recall(tr) if tr is not None else None
     out = Path(args.out or Path("results") / "characterize" / Path(name).stem)
     out.mkdir(parents=True, exist_ok=True)
     md = render(name, st, note)

@@ -11,6 +11,25 @@ import numpy as np
 from harness.trace import Trace
 
 
+def linked_layers(stacks) -> np.ndarray:
+    """bool [L]: MoE layer l has a next layer that the same token passes (same stack)."""
+    return np.array([i + 1 < len(stacks) and stacks[i + 1] == stacks[i]
+                     for i in range(len(stacks))], bool)
+
+
+def row_layers(block_counts: np.ndarray, L: int) -> np.ndarray:
+    """Layer of every trace row int64 [N] from the rows per (step, layer) block [S * L]."""
+    return np.repeat(np.arange(len(block_counts)) % L, block_counts)
+
+
+def next_layer_rows(block_counts: np.ndarray, stacks) -> tuple[np.ndarray, np.ndarray]:
+    """(rows, nxt) int64: every trace row at a linked layer l and the same token's row at
+    l + 1. Block (g, l + 1) holds the same tokens right after block (g, l)."""
+    layer = row_layers(block_counts, len(stacks))
+    rows = np.flatnonzero(linked_layers(stacks)[layer])
+    return rows, rows + np.repeat(block_counts, block_counts)[rows]
+
+
 def block_unions(trace, arr: np.ndarray | None = None) -> tuple[list[int], list[int], np.ndarray]:
     """Per trace block (global step * L + layer): ascending expert ids and token counts.
 

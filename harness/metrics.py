@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from harness.blocks import next_layer_rows
 from harness.recorder import DEMAND, HIT, LATE, MISS, PREFETCH, PRELOAD
 
 
@@ -150,19 +151,15 @@ def spec_recall(trace) -> float | None:
     spec, topk = trace.spec_topk, trace.topk
     if spec is None:
         return None
-    L, E, k = trace.num_layers, trace.num_experts, trace.top_k
-    stacks = list(trace.meta["moe_layer_stacks"])
-    size = np.diff(trace.block_offsets)  # [S * L] token rows per block
-    layer = np.arange(len(size)) % L
-    same = np.array([a == b for a, b in zip(stacks, stacks[1:])] + [False])  # [L] l+1 alike
-    # Block (g, l + 1) holds the same tokens right after block (g, l): row r -> r + size.
-    block_of_row = np.repeat(np.arange(len(size)), size)  # [N]
-    rows = np.flatnonzero(same[layer[block_of_row]] & (spec != E).any(axis=1))
+    E, k = trace.num_experts, trace.top_k
+    rows, nxt = next_layer_rows(np.diff(trace.block_offsets), trace.meta["moe_layer_stacks"])
+    guessed = (spec[rows] != E).any(axis=1)
+    rows, nxt = rows[guessed], nxt[guessed]
     if not len(rows):
         return None
     # [k, n] each, a contiguous row per column: k * k flat compares, ~20x faster than .any()
     guess = np.ascontiguousarray(spec[rows].T)
-    true = np.ascontiguousarray(topk[rows + size[block_of_row[rows]]].T)
+    true = np.ascontiguousarray(topk[nxt].T)
     found = 0
     for t in true:  # a true expert is found when any guess column names it
         hit = np.zeros(len(rows), dtype=bool)

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from harness.blocks import linked_layers
 from harness.numerics import on_grid
 from systems.base import float_knob, int_knob, numbers_knob
 
@@ -53,8 +54,7 @@ class NextLayerPredictor:
             recency_grid, holdout_fraction, prefill_stride, smoothing)
         self.L, self.E, self.k = num_layers, num_experts, top_k
         # predicting l+1 from l is only meaningful when the same token passes through both
-        self.linked = [i + 1 < num_layers and stacks[i + 1] == stacks[i]
-                       for i in range(num_layers)]
+        self.linked = linked_layers(stacks).tolist()
         self.T = on_grid(np.full((num_layers, num_experts, num_experts), 1.0 / num_experts),
                          T_GRID_BITS)
         self.beta = 0.0

@@ -27,9 +27,9 @@ from analysis.characterize import (
     request_groups,
     request_sequences,
     silhouette,
-    spec_accuracy,
     transitions,
 )
+from harness.metrics import spec_recall
 from harness.trace import trace_from_routing
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -74,7 +74,7 @@ def test_request_sequences_concatenate_steps():
     tr.spec_topk = np.array([[2], [3], [3], [4], [2], [4], [0], [4]], tr.topk.dtype)
     # guesses at layer 0 for tokens 0..3: 2, 3, 2, 0 vs layer 1 actual 2, 3, 2, 0 -> wrong at t1
     tr.spec_topk[1] = 1
-    assert spec_accuracy(tr) == pytest.approx(3 / 4)
+    assert spec_recall(tr) == pytest.approx(3 / 4)
 
 
 def test_cross_layer_by_hand():

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 import yaml
 
+from harness.blocks import linked_layers, row_layers
 from harness.specs import model_spec_from_dict
 from workloads import spec_guess
 from workloads.synthetic import SyntheticConfig, generate_trace
@@ -93,8 +94,8 @@ def test_guess_made_at_layer_l_does_not_read_layer_l_plus_1(dsv2, fit_trace, tra
     L = trace.num_layers
     table = spec_guess.fit_table(*_fit_inputs(dsv2, fit_trace))
     counts = np.diff(trace.block_offsets)
-    layer = spec_guess.row_layers(counts, L)
-    linked = spec_guess.linked_layers(tuple(dsv2.moe_layer_stacks))
+    layer = row_layers(counts, L)
+    linked = linked_layers(tuple(dsv2.moe_layer_stacks))
     base = spec_guess.guess_rows(trace.topk, layer, table, linked, 0.0, None)
     assert np.array_equal(base, trace.spec_topk)  # the trace's guesses, from topk alone
     rng = np.random.default_rng(5)
@@ -126,9 +127,9 @@ def test_table_comes_from_the_spec_fit_split_only(dsv2, fit_trace, trace):
     table = spec_guess.fit_table(*_fit_inputs(dsv2, fit_trace))
     L = trace.num_layers
     for tr in (trace, cal):
-        layer = spec_guess.row_layers(np.diff(tr.block_offsets), L)
+        layer = row_layers(np.diff(tr.block_offsets), L)
         again = spec_guess.guess_rows(tr.topk, layer, table,
-                                      spec_guess.linked_layers(tuple(dsv2.moe_layer_stacks)),
+                                      linked_layers(tuple(dsv2.moe_layer_stacks)),
                                       0.0, None)
         assert np.array_equal(again, tr.spec_topk)
 

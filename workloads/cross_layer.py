@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from harness.blocks import linked_layers
 from harness.rng import stream
 
 
@@ -28,7 +29,7 @@ def cross_layer_map(cfg, stacks: tuple[str, ...], E: int):
         return None
     rng = stream(cfg.seed, "synthetic/cross-layer")  # model-level, like G: same for all splits
     src = np.stack([rng.permutation(E) for _ in range(L - 1)])  # [L-1, E]
-    same = np.array([stacks[i + 1] == stacks[i] for i in range(L - 1)])
+    same = linked_layers(stacks)[:-1]  # [L-1]: layer l+1 in layer l's stack
     # P(byte < threshold) = threshold / 256: g rounded to the nearest 1/256
     threshold = np.concatenate([[0], np.where(same, min(255, round(256 * g)), 0)])
     return src, threshold.astype(np.uint8)

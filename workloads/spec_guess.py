@@ -35,6 +35,7 @@ import math
 import numpy as np
 
 from harness import numerics
+from harness.blocks import linked_layers, next_layer_rows, row_layers
 
 FIT_SPLIT = "spec-fit"
 # 128 requests of 64 + 8 tokens (8,192 prompt tokens): recall within 0.001 of a table fitted
@@ -46,17 +47,6 @@ MAX_NOISE_NATS = 32.0  # keeps noise * 2**16 in int32 (the knob's upper bound)
 BLOCK_ROWS = 2048  # rows per pass: the [rows, E] keys stay in cache
 
 
-def linked_layers(stacks: tuple[str, ...]) -> np.ndarray:
-    """bool [L]: layer l has a next layer the same token passes (same stack)."""
-    return np.array([i + 1 < len(stacks) and stacks[i + 1] == stacks[i]
-                     for i in range(len(stacks))], bool)
-
-
-def row_layers(block_counts: np.ndarray, L: int) -> np.ndarray:
-    """Layer of every trace row int64 [N] from the rows per (step, layer) block [S * L]."""
-    return np.repeat(np.arange(len(block_counts)) % L, block_counts)
-
-
 def fit_table(topk: np.ndarray, block_counts: np.ndarray, stacks: tuple[str, ...],
               E: int) -> np.ndarray:
     """Score table int32 [L, E, E] (PMI_SCALE steps per nat; rows of unlinked layers 0) from a
@@ -64,8 +54,7 @@ def fit_table(topk: np.ndarray, block_counts: np.ndarray, stacks: tuple[str, ...
     L = len(stacks)
     layer = row_layers(block_counts, L)
     linked = linked_layers(stacks)
-    rows = np.flatnonzero(linked[layer])
-    nxt = rows + np.repeat(block_counts, block_counts)[rows]  # same token, next block
+    rows, nxt = next_layer_rows(block_counts, stacks)  # the same token at l and l + 1
     at_l, at_next = topk[rows].astype(np.int64), topk[nxt].astype(np.int64)
     key = (layer[rows, None, None] * E + at_l[:, :, None]) * E + at_next[:, None, :]
     counts = np.bincount(key.ravel(), minlength=L * E * E).reshape(L, E, E).astype(np.float64)

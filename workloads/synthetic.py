@@ -48,6 +48,7 @@ from dataclasses import asdict, dataclass, field, replace
 import numpy as np
 
 from harness import numerics
+from harness.blocks import linked_layers, row_layers
 from harness.rng import stream
 from harness.specs import ModelSpec
 from harness.trace import Trace, id_dtype
@@ -338,9 +339,9 @@ def generate_trace(model: ModelSpec, cfg: SyntheticConfig) -> Trace:
     R = plan.num_requests
     stacks = tuple(model.moe_layer_stacks)
     routed = _route(model, cfg, plan, with_probs=True)
-    linked = spec_guess.linked_layers(stacks)
+    linked = linked_layers(stacks)
     spec = spec_guess.guess_rows(
-        routed["topk"], spec_guess.row_layers(routed["block_counts"], L),
+        routed["topk"], row_layers(routed["block_counts"], L),
         _spec_table(model, cfg) if linked.any() else np.zeros((L, E, E), np.int32), linked,
         cfg.spec_noise_nats, stream(cfg.seed, f"synthetic/{cfg.split}/spec-noise"))
     if plan.embeddings is None:
