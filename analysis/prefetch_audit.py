@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import io
-import subprocess
 import sys
 from pathlib import Path
 
@@ -25,6 +24,7 @@ from harness.config import compose_config, system_names
 from harness.results import config_hash
 from harness.shared_data import shared_file
 from harness.store import default_run_name
+from workloads.importers import main as import_routing
 
 SAMPLE = ("routing_deepseek_v2_lite_sample", "prefill_routing_prompts_0001_1000.jsonl.gz")
 TOLERANCE = 0.01  # prefetch on may be at most 1 % slower than off
@@ -53,9 +53,9 @@ def _real_traces(out: Path) -> tuple[Path, Path] | None:
     for name, rows in splits.items():
         if not (traces / name).is_file():
             traces.mkdir(parents=True, exist_ok=True)
-            subprocess.run([sys.executable, "-m", "harness.cli", "import-routing", str(sample),
-                            str(traces / name), "--model", "deepseek_v2_lite",
-                            "--decode-tokens", "8", "--requests", rows], check=True)
+            if import_routing([str(sample), str(traces / name), "--model", "deepseek_v2_lite",
+                               "--decode-tokens", "8", "--requests", rows]) != 0:
+                raise ReportError(f"{sample}: import-routing failed (message above)")
     return traces / "cal.npz", traces / "meas.npz"
 
 
@@ -141,25 +141,26 @@ def main(argv: list[str]) -> int:
     seeds = [int(s) for s in args.seeds.split(",")]
     synth = ["experiment=table1", f"workload.num_requests={args.requests}",
              f"calibration_requests={args.requests}"]
-    real = None if args.no_real else _real_traces(out)
     systems = args.systems.split(",") if args.systems else system_names()
     unknown = sorted(set(systems) - set(system_names()))
     if unknown:
         ap.error(f"--systems: unknown {unknown}; known: {system_names()}")
-    if not args.report_only:
-        _run_all(out, "synthetic", synth, seeds, systems)
-        if real is not None:
-            _run_all(out, "real", ["experiment=table1", f"routing={real[1].resolve()}",
-                                   f"calibration_routing={real[0].resolve()}"], [0], systems)
     sections = {}
     try:
+        real = None if args.no_real else _real_traces(out)
+        if not args.report_only:
+            _run_all(out, "synthetic", synth, seeds, systems)
+            if real is not None:
+                _run_all(out, "real", ["experiment=table1", f"routing={real[1].resolve()}",
+                                       f"calibration_routing={real[0].resolve()}"], [0],
+                         systems)
         sections[f"synthetic routing, seeds {args.seeds}"] = table(out / "synthetic")
         if real is not None:
             sections["real DeepSeek-V2-Lite routing (shared sample)"] = table(out / "real")
     except ReportError as exc:
         print(f"moebench audit-prefetch: error: {exc}", file=sys.stderr)
         return 2
-    if real is None:
+    if real is None and not args.no_real:
         print("audit-prefetch: the shared real sample is absent (MOEBENCH_SHARED_DATA); "
               "synthetic only", file=sys.stderr)
     md, text = render(sections)

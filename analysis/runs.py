@@ -138,11 +138,12 @@ def check_mixing(runs: list[dict], axes: list[str]) -> list[str]:
     ref_sig = _signature(ref, axes)
     trace_axes = any(a == t or a.startswith(f"{t}.") for a in axes for t in TRACE_KEYS)
     for r in runs[1:]:
-        key = _first_difference(ref_sig, _signature(r, axes))
+        sig = _signature(r, axes)
+        key = _first_difference(ref_sig, sig)
         if key is not None:
             problems.append(
                 f"{key}: {ref['_folder']} has {ref_sig.get(key, '<absent>')!r}, {r['_folder']} "
-                f"has {_signature(r, axes).get(key, '<absent>')!r}")
+                f"has {sig.get(key, '<absent>')!r}")
     for block in ("trace", "calibration_trace"):
         groups: dict = {}
         for r in runs:

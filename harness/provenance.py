@@ -24,7 +24,8 @@ from functools import lru_cache
 from importlib import metadata
 from pathlib import Path
 
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
+from harness.results import PROJECT_ROOT
+
 # Untracked files here can change what a run does; elsewhere (results/, notes) they cannot.
 SOURCE_PATHS = ("systems", "workloads", "harness", "analysis", "conf", "pyproject.toml")
 PACKAGES = ("moe-offload-bench", "numpy", "pyarrow", "hydra-core", "omegaconf",

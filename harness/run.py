@@ -104,10 +104,6 @@ def _trace_info(tr: Trace | None, system: System | None = None) -> dict | None:
     return info
 
 
-def _build_system(cfg: dict) -> System:
-    return build_target(cfg["system"], "system", System)
-
-
 def _engine(model, hw, trace, system, plan, max_batch: int, progress: bool) -> Engine:
     """Build the engine, which binds the system: a knob out of range for this model or budget
     is an input error (exit 2, nothing written), not a failed run."""
@@ -139,7 +135,7 @@ def run_config(cfg: dict) -> dict:
     run_dir = check_run_config(cfg)
     model = model_spec_from_dict(cfg["model"], "model")
     hw = hardware_spec_from_dict(cfg["hardware"], "hardware")
-    system = _build_system(cfg)
+    system = build_target(cfg["system"], "system", System)
     max_batch = cfg["max_batch"]
     trace = _check_shape(load_routing(cfg, model, "measure"), model)
     max_ctx = int(np.max(trace.prompt_len.astype(np.int64) + trace.output_len))

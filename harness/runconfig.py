@@ -15,10 +15,10 @@ from pathlib import Path
 import yaml
 
 from harness import checks
+from harness.results import PROJECT_ROOT
 from harness.specs import SpecError
 from harness.store import run_dir_of
 
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
 GROUPS = ("model", "hardware", "system", "workload")
 
 

@@ -12,8 +12,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from harness.results import PROJECT_ROOT
+
 ENV_VAR = "MOEBENCH_SHARED_DATA"
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
 
 
 def shared_data_dir() -> Path:
