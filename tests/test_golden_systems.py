@@ -1,0 +1,79 @@
+"""Golden summaries of the eight named systems, committed before the engine-v2 split
+(issue "Engine v2"): refactors must leave every system's metrics and its three result
+tables byte-identical. A change that is meant to alter a result updates the file with
+MOEBENCH_WRITE_GOLDEN=1 in the same commit and says why in the commit message.
+
+Settings (small, so the test is quick; each forces evictions and prefetch decisions):
+  b1: Table 1 setting, 8 requests of 48 + 8 tokens, batch 1, 4 GiB cache;
+  b4: the same at batch 4 with 12 requests;
+  tight: batch 1, 2 GiB cache (fewer slots than experts routed in a prefill layer);
+  h200: Switch-base-128 on an H200, where every expert fits (no_offload runs).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from harness.config import compose_config, system_names
+from harness.run import run_config
+
+GOLDEN = Path(__file__).with_name("golden") / "system_summaries.json"
+BASE = ["experiment=table1", "workload.prompt_len=48", "workload.output_len=8",
+        "calibration_requests=8", "progress=false"]
+SETTINGS = {
+    "b1": ["workload.num_requests=8", "expert_cache_gb=4"],
+    "b4": ["workload.num_requests=12", "expert_cache_gb=4", "max_batch=4"],
+    "tight": ["workload.num_requests=8", "expert_cache_gb=2"],
+    "h200": ["workload.num_requests=6", "hardware=h200", "model=switch_base_128"],
+}
+PER_SYSTEM = {"moe_infinity": ["system.eamc_capacity=5"], "fmoe": ["system.store_capacity=12"]}
+
+
+def table_sha(run_dir: Path) -> str:
+    """sha256 over the three parquet tables' columns (values, not file bytes)."""
+    import pyarrow.parquet as pq
+
+    h = hashlib.sha256()
+    for name in ("accesses", "tokens", "transfers"):
+        table = pq.read_table(run_dir / f"{name}.parquet")
+        for col in sorted(table.column_names):
+            if col in ("run_id", "request_id"):
+                continue
+            h.update(col.encode())
+            h.update(np.ascontiguousarray(table.column(col).to_numpy()).tobytes())
+    return h.hexdigest()
+
+
+def summary(system: str, setting: str, tmp: Path) -> dict:
+    cfg = compose_config([*BASE, *SETTINGS[setting], f"system={system}",
+                          *PER_SYSTEM.get(system, [])], run_name=f"{system}-{setting}",
+                         results_dir=str(tmp))
+    result = run_config(cfg)
+    out = {"status": result["status"], "metrics": result["metrics"]}
+    if result["status"] == "valid":
+        out["tables_sha256"] = table_sha(Path(result["_run_dir"]))
+        out["engine"] = result["engine"]
+    return out
+
+
+def all_summaries(tmp: Path) -> dict:
+    return {f"{s}/{k}": summary(s, k, tmp) for s in system_names() if s != "composed"
+            for k in SETTINGS}
+
+
+def test_every_system_matches_its_golden_summary(tmp_path):
+    got = all_summaries(tmp_path)
+    if os.environ.get("MOEBENCH_WRITE_GOLDEN"):
+        GOLDEN.write_text(json.dumps(got, sort_keys=True, indent=1) + "\n")
+    if not GOLDEN.exists():
+        pytest.fail(f"{GOLDEN} missing: run with MOEBENCH_WRITE_GOLDEN=1 on a trusted commit")
+    want = json.loads(GOLDEN.read_text())
+    assert sorted(got) == sorted(want)
+    for name in want:
+        assert got[name] == want[name], f"{name} differs from {GOLDEN.name}"
