@@ -19,11 +19,11 @@ from pathlib import Path
 import pandas as pd
 
 from analysis.runs import ReportError, collect
-from harness.atomic import write_text
-from harness.config import compose_config, system_names
-from harness.results import config_hash
-from harness.shared_data import shared_file
-from harness.store import default_run_name
+from core.atomic import write_text
+from core.shared_data import shared_file
+from harness.runner.config import compose_config, system_names
+from harness.runner.results import config_hash
+from harness.runner.store import default_run_name
 from workloads.importers import main as import_routing
 
 SAMPLE = ("routing_deepseek_v2_lite_sample", "prefill_routing_prompts_0001_1000.jsonl.gz")
@@ -61,7 +61,7 @@ def _real_traces(out: Path) -> tuple[Path, Path] | None:
 
 def _run_all(results_dir: Path, experiment: str, base: list[str], seeds: list[int],
              systems: list[str]) -> None:
-    from harness.run import run_config
+    from harness.runner.run import run_config
 
     for seed in seeds:
         for system in systems:

@@ -2,7 +2,7 @@
 
 `moebench characterize --calibration [--embed] [--shared-data DIR]` reads the shared routing
 samples (DIR, else $MOEBENCH_SHARED_DATA, else ../shared/data beside the checkout; see
-harness/shared_data.py; absent: error) and writes results/characterize/calibration.md.
+core/shared_data.py; absent: error) and writes results/characterize/calibration.md.
 Both sides go through the same statistics (analysis/characterize.py) at matched shapes:
 Mixtral-8x7B-shaped synthetic prompts of the real sample's 135 tokens; DeepSeek-V2-Lite-shaped
 synthetic prompts whose lengths follow the real sample's (ten length deciles, each generated at
@@ -20,10 +20,10 @@ import numpy as np
 import yaml
 
 from analysis.characterize import characterize, cosine_matrix, request_sequences, semantic_coupling
-from harness.atomic import write_text
-from harness.results import PROJECT_ROOT
-from harness.shared_data import require_shared_file
-from harness.specs import model_spec_from_dict
+from core.atomic import write_text
+from core.paths import PROJECT_ROOT
+from core.shared_data import require_shared_file
+from core.specs import model_spec_from_dict
 from workloads.importers import read_routing
 from workloads.synthetic import SyntheticConfig, generate_trace
 

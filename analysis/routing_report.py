@@ -21,8 +21,8 @@ from analysis.characterize import (
     characterize,
     request_sequences,
 )
-from harness.atomic import atomic_path, write_json, write_text
-from harness.metrics import spec_recall
+from core.atomic import atomic_path, write_json, write_text
+from harness.sim.metrics import spec_recall
 
 ROWS = [  # (key, label, format)
     ("requests", "requests", "{}"),
@@ -127,7 +127,7 @@ def write_png(path: Path, name: str, st: dict) -> bool:
 
 def load_sequences(path: str, model: str | None, duplicates: str):
     """(name, sequences, E, k, trace or None, note) from a trace v1 file or a recording."""
-    from harness.trace import read_trace
+    from core.trace import read_trace
 
     if path.endswith(".npz"):
         tr = read_trace(path)

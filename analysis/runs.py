@@ -8,7 +8,7 @@ difference is an error naming the key and two run folders (`allow_mixed` turns i
 note). Expected rows (the systems asked for, times every swept value) that have no run are
 named; a report of a partial sweep is an error unless `allow_partial`.
 
-Hidden names (leftovers of killed writes, locks: harness/atomic.py) are never read.
+Hidden names (leftovers of killed writes, locks: core/atomic.py) are never read.
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ from pathlib import Path
 
 import yaml
 
-from harness.atomic import is_hidden
-from harness.results import NON_SEMANTIC_KEYS
+from core.atomic import is_hidden
+from harness.runner.results import NON_SEMANTIC_KEYS
 
 # Axes that change the routing trace: rows with other values of these may have other traces.
 TRACE_KEYS = ("routing", "calibration_routing", "workload", "seed", "model",

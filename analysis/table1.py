@@ -14,9 +14,9 @@ from pathlib import Path
 
 from analysis.paper_numbers import MOE_INFINITY_TABLE1, TABLE1_FOOTNOTES
 from analysis.runs import ReportError, RunSet, axis_value, collect, flatten
-from harness.atomic import write_text
-from harness.record import DEGENERATE_NOTE, RANDOM_SOURCE
-from harness.results import NON_SEMANTIC_KEYS
+from core.atomic import write_text
+from harness.live.record import DEGENERATE_NOTE, RANDOM_SOURCE
+from harness.runner.results import NON_SEMANTIC_KEYS
 
 METRICS = ["status", "tpot_mean_ms", "tpot_p99_ms", "gpu_idle_ms_per_token", "hit_rate_decode",
            "h2d_gb_per_token", "paper_tpot_mean_ms", "paper_tpot_tail_ms", "paper_gpu_idle_ms"]
@@ -80,7 +80,7 @@ def _fmt(value, column: str = "") -> str:
 def paper_setting_differences(result: dict, axes: list[str]) -> list[str]:
     """Where a row's setting differs from conf/experiment/table1.yaml (the paper's), besides
     the routing source (a header line) and the axes (columns)."""
-    from harness.config import compose_config
+    from harness.runner.config import compose_config
 
     paper = compose_config(["experiment=table1", f"system={result['system']['name']}"])
     skip = (*NON_SEMANTIC_KEYS, *ROUTING_KEYS, "system", *axes)
@@ -145,7 +145,7 @@ def render(runs: RunSet) -> tuple[str, str]:
 def main(argv: list[str]) -> int:
     import argparse
 
-    from harness.config import system_names
+    from harness.runner.config import system_names
 
     ap = argparse.ArgumentParser(prog="moebench table1",
                                  description="Write table1.md and table1.csv from finished runs.")

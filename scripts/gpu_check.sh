@@ -39,13 +39,13 @@ MOEBENCH_TEST_DEVICE=cuda timeout 200 "$PY" -m pytest tests/test_lossless.py -q 
     -k "lru or oracle or on_demand" -p no:cacheprovider 2>&1 | tee "$OUT/lossless.txt"
 
 stamp "2/3 calibrate (quick sweep)"
-timeout 120 "$PY" -m harness.cli calibrate --device cuda --quick --threads "$THREADS" \
+timeout 120 "$PY" -m moebench.cli calibrate --device cuda --quick --threads "$THREADS" \
     --out "$OUT/calibration" --name gpu 2>&1 | tee "$OUT/calibrate.txt"
 PROFILE="$OUT/calibration/hardware/gpu.yaml"
 test -s "$PROFILE"
 
 stamp "3/3 validate: DeepSeek-V2-Lite shape, $LAYERS MoE layers, bf16, ${BUDGET_GB} GB, $SYSTEM"
-timeout 330 "$PY" -m harness.cli validate --device cuda --dtype bfloat16 \
+timeout 330 "$PY" -m moebench.cli validate --device cuda --dtype bfloat16 \
     --hardware "$PROFILE" --budget-gb "$BUDGET_GB" --num-moe-layers "$LAYERS" \
     --system "$SYSTEM" --requests 2 --prompt-len 128 --output-len 16 --threads "$THREADS" \
     --out "$OUT" 2>&1 | tee "$OUT/validate.txt"

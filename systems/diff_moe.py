@@ -24,8 +24,9 @@ from collections import OrderedDict
 
 import numpy as np
 
-from harness.blocks import block_expert_counts
-from systems.base import KnobError, System, float_knob, int_knob
+from core.blocks import block_expert_counts
+from core.knobs import KnobError, float_knob, int_knob
+from systems.base import System
 from systems.predictor import NextLayerPredictor, check_predictor_knobs
 
 MEDIUM, HIGH = 1, 2

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from harness.blocks import block_expert_counts
+from core.blocks import block_expert_counts
 
 
 class EAMC:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from harness.numerics import on_grid
+from core.numerics import on_grid
 
 PREFILL, DECODE = 0, 1
 GRID_BITS = 24  # maps, queries and unit vectors: multiples of 2**-24

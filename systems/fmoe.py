@@ -23,8 +23,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from harness.blocks import block_expert_counts
-from systems.base import HISTORY_CAP, System, bool_knob, float_knob, int_knob
+from core.blocks import block_expert_counts
+from core.knobs import bool_knob, float_knob, int_knob
+from systems.base import HISTORY_CAP, System
 from systems.expert_maps import (
     DECODE,
     PREFILL,

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from collections import OrderedDict
 
-from systems.base import System, int_knob
+from core.knobs import int_knob
+from systems.base import System
 
 
 class LRU(System):

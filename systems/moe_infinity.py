@@ -32,7 +32,8 @@ import math
 
 import numpy as np
 
-from systems.base import HISTORY_CAP, System, bool_knob, float_knob, int_knob
+from core.knobs import bool_knob, float_knob, int_knob
+from systems.base import HISTORY_CAP, System
 from systems.eamc import EAMC, request_eams, top_ranked
 
 

@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import heapq
 
-from harness.blocks import BlockIndex
-from harness.schedule import schedule_is_timing_independent, static_schedule
-from systems.base import System, int_knob
+from core.blocks import BlockIndex
+from core.knobs import int_knob
+from core.schedule import schedule_is_timing_independent, static_schedule
+from systems.base import System
 
 _NEVER = 1 << 62
 

@@ -27,9 +27,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from harness.blocks import linked_layers
-from harness.numerics import on_grid
-from systems.base import float_knob, int_knob, numbers_knob
+from core.blocks import linked_layers
+from core.knobs import float_knob, int_knob, numbers_knob
+from core.numerics import on_grid
 
 T_GRID_BITS = 30  # transition probabilities: multiples of 2**-30
 

@@ -7,9 +7,9 @@ import json
 import numpy as np
 import pytest
 
-from harness.shared_data import ENV_VAR, shared_data_dir, shared_file
-from harness.specs import model_spec_from_dict
-from harness.trace import trace_from_routing
+from core.shared_data import ENV_VAR, shared_data_dir, shared_file
+from core.specs import model_spec_from_dict
+from core.trace import trace_from_routing
 
 
 def tiny_model(layers: int = 3, experts: int = 4, top_k: int = 2, name: str = "tiny"):

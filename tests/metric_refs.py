@@ -1,12 +1,12 @@
 """Reference computations of the policy-quality metrics (docs/metrics.md, "Policy quality"),
-written apart from harness/metrics.py: plain loops over parquet columns or the trace."""
+written apart from harness/sim/metrics.py: plain loops over parquet columns or the trace."""
 
 from __future__ import annotations
 
 import bisect
 import math
 
-from harness.recorder import KIND_NAMES
+from harness.sim.recorder import KIND_NAMES
 
 PREFETCH = KIND_NAMES.index("prefetch")
 

@@ -1,6 +1,6 @@
 """One combination of tests/test_portable.py, run in a subprocess whose environment sets the
 BLAS kernel and numpy's SIMD features: a small table1-like trace and its calibration split,
-every system of conf/system/ on it, and harness.numerics on fixed inputs.
+every system of conf/system/ on it, and core.numerics on fixed inputs.
 
     python tests/portable_child.py OUT.json    (cwd: an empty folder; results go to ./res)
 
@@ -19,11 +19,11 @@ from pathlib import Path
 
 import numpy as np
 
-from harness import numerics
-from harness.config import compose_config, system_names
-from harness.rng import stream
-from harness.run import load_routing, run_config
-from harness.specs import model_spec_from_dict
+from core import numerics
+from core.rng import stream
+from core.specs import model_spec_from_dict
+from harness.runner.config import compose_config, system_names
+from harness.runner.run import load_routing, run_config
 from systems.expert_maps import ExpertMapStore
 from systems.moe_infinity import EAMC, request_eams
 from systems.predictor import NextLayerPredictor
@@ -41,7 +41,7 @@ DROPPED = ("timing", "environment")  # wall-clock times; the machine and its lib
 
 
 def numerics_sha() -> str:
-    """sha256 of harness.numerics' outputs in float32 and float64 on fixed inputs, and of
+    """sha256 of core.numerics' outputs in float32 and float64 on fixed inputs, and of
     fitted request lengths (workloads/lengths.py)."""
     x = np.linspace(-100.0, 100.0, 20001)
     h = hashlib.sha256()

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from helpers import shared
 
-from harness.specs import SpecError
+from core.specs import SpecError
 from workloads import arrivals as arr
 from workloads.arrivals import ArrivalError, make_arrivals, parse_timestamp_ns, read_azure_csv
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 from helpers import tiny_model
 
-from harness.backend_sim import SimBackend
-from harness.memory import plan_memory
-from harness.specs import GIB, SpecError, hardware_spec_from_dict
+from core.specs import GIB, SpecError, hardware_spec_from_dict
+from harness.sim.backend_sim import SimBackend
+from harness.sim.memory import plan_memory
 
 HW = {"name": "round", "display_name": "round numbers", "gpu_mem_gb": 1.0, "hbm_gbps": 1000,
       "peak_tflops": 100, "h2d_gbps": 25, "h2d_latency_us": 10, "layer_overhead_us": 100,

@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 from helpers import rewrite_trace, set_array, set_header
 
-from harness.trace import trace_from_routing, write_trace
+from core.trace import trace_from_routing, write_trace
 
 ROOT = Path(__file__).resolve().parents[1]
 RUN = ("results_dir={results}", "progress=false", "system=on_demand")  # a plain run's tail
@@ -283,7 +283,7 @@ CONFIG = [
             "workload-prompt-len-bound"),
 ]
 
-TOP = [  # top-level keys and the result store (harness/runconfig.py, harness/store.py)
+TOP = [  # top-level keys and the result store (harness/runner/runconfig.py, store.py)
     _config(("run_name=../../escaped",), r"run_name: '\.\./\.\./escaped' contains a path "
             r"separator", "store-run-name-up"),
     _config(("run_name={dir}/elsewhere",), r"run_name: .* contains a path separator",
@@ -332,7 +332,7 @@ def _snapshot(root: Path) -> dict[str, bytes | None]:
 def _moebench(argv, tmp: Path) -> subprocess.CompletedProcess:
     env = {**os.environ, "MOEBENCH_CACHE": str(tmp / "cache"), "HF_HUB_OFFLINE": "1",
            "TRANSFORMERS_OFFLINE": "1"}
-    return subprocess.run([sys.executable, "-m", "harness.cli", *argv], cwd=ROOT, env=env,
+    return subprocess.run([sys.executable, "-m", "moebench.cli", *argv], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=120)
 
 

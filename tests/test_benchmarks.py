@@ -7,9 +7,10 @@ import json
 
 import numpy as np
 
-from harness import bench_behaviour, bench_policies
-from harness.config import compose_config
-from harness.specs import model_spec_from_dict
+from core.specs import model_spec_from_dict
+from harness.bench import behaviour as bench_behaviour
+from harness.bench import policies as bench_policies
+from harness.runner.config import compose_config
 
 
 def test_bench_behaviour_tiny(tmp_path, capsys):

@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from harness.specs import hardware_spec_from_dict, model_spec_from_dict
+from core.specs import hardware_spec_from_dict, model_spec_from_dict
 
 torch = pytest.importorskip("torch", reason="calibrate needs the [torch] extra")
 
-from harness.calibrate import fit_link, scaled_spec  # noqa: E402
+from harness.live.calibrate import fit_link, scaled_spec  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -49,7 +49,7 @@ def test_scaled_spec_quarter_width():
 
 
 def test_quick_calibrate_writes_profile_the_simulator_accepts(tmp_path, capsys):
-    from harness.cli import main
+    from moebench.cli import main
 
     before = torch.get_num_threads()
     with pytest.raises(SystemExit) as exc:
@@ -72,14 +72,14 @@ def test_quick_calibrate_writes_profile_the_simulator_accepts(tmp_path, capsys):
     assert sweep["wall_s"] < 30  # --quick is meant for tests (< 5 s on an idle 2-core CPU)
     torch.set_num_threads(before)
     # The documented way to use it: Hydra finds <out>/hardware/<name>.yaml on a search path.
-    from harness.config import compose_config
+    from harness.runner.config import compose_config
 
     cfg = compose_config(["hardware=cal", f"hydra.searchpath=[file://{tmp_path}]"])
     assert cfg["hardware"]["h2d_gbps"] == hw.h2d_gbps
 
 
 def test_calibrate_rejects_bad_arguments(tmp_path):
-    from harness.calibrate import calibrate, main
+    from harness.live.calibrate import calibrate, main
 
     with pytest.raises(SystemExit):
         main(["--threads", "0"])

@@ -29,8 +29,8 @@ from analysis.characterize import (
     silhouette,
     transitions,
 )
-from harness.metrics import spec_recall
-from harness.trace import trace_from_routing
+from core.trace import trace_from_routing
+from harness.sim.metrics import spec_recall
 
 ROOT = Path(__file__).resolve().parents[1]
 MIXTRAL = ("routing_mixtral_sample", "routing_raw.jsonl")
@@ -189,18 +189,18 @@ def test_cli_characterize_writes_markdown_and_png(tmp_path):
     reqs = [{"id": f"r{i}", "prompt_len": 20, "output_len": 2,
              "routing": [rng.integers(0, 4, (2, 20, 1)).tolist(),
                          rng.integers(0, 4, (2, 1, 1)).tolist()]} for i in range(6)]
-    from harness.trace import write_trace
+    from core.trace import write_trace
 
     write_trace(trace_from_routing(meta, reqs), tmp_path / "t.npz")
     out = tmp_path / "out"
-    res = subprocess.run([sys.executable, "-m", "harness.cli", "characterize",
+    res = subprocess.run([sys.executable, "-m", "moebench.cli", "characterize",
                           str(tmp_path / "t.npz"), "--out", str(out)], cwd=ROOT,
                          capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stderr
     md = (out / "characterize.md").read_text()
     assert "routing hand" in md and "consecutive-token reuse" in md
     assert (out / "characterize.png").read_bytes()[:4] == b"\x89PNG"
-    bad = subprocess.run([sys.executable, "-m", "harness.cli", "characterize",
+    bad = subprocess.run([sys.executable, "-m", "moebench.cli", "characterize",
                           str(tmp_path / "missing.npz")], cwd=ROOT, capture_output=True,
                          text=True, timeout=60)
     assert bad.returncode == 2 and "missing.npz" in bad.stderr

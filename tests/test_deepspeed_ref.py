@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from harness.deepspeed_ref import CPU_NOTE, SYSTEM_NAME, zero_inference_config
+from harness.live.deepspeed_ref import CPU_NOTE, SYSTEM_NAME, zero_inference_config
 
 HAS_DEEPSPEED = importlib.util.find_spec("deepspeed") is not None
 
@@ -24,7 +24,7 @@ def test_config_is_zero3_with_parameter_offload_to_cpu():
 @pytest.mark.skipif(HAS_DEEPSPEED, reason="deepspeed is installed: the missing-extra path "
                                           "cannot be exercised")
 def test_without_the_extra_it_says_how_to_install(capsys):
-    from harness.deepspeed_ref import main
+    from harness.live.deepspeed_ref import main
 
     assert main(["model=tiny:mixtral", "embed=false"]) == 2
     err = capsys.readouterr().err
@@ -38,7 +38,7 @@ def test_smoke_tiny_model_under_zero_inference(tmp_path):
     pytest.importorskip("transformers", reason="needs the [torch] extra")
     import torch
 
-    from harness.deepspeed_ref import main
+    from harness.live.deepspeed_ref import main
 
     assert main(["model=tiny:mixtral", "num_prompts=2", "output_len=3", "embed=false",
                  f"out={tmp_path}"]) == 0

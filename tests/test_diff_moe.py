@@ -16,13 +16,14 @@ from helpers import FixedBackend, meta_for, random_trace, tiny_model
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from harness.cache import ExpertCache
-from harness.config import compose_config
-from harness.engine import Engine
-from harness.recorder import PRELOAD
-from harness.run import build_target, run_config
-from harness.trace import trace_from_routing
-from systems.base import System, SystemContext
+from core.trace import trace_from_routing
+from core.view import SystemContext
+from harness.runner.config import compose_config
+from harness.runner.run import build_target, run_config
+from harness.sim.cache import ExpertCache
+from harness.sim.engine import Engine
+from harness.sim.recorder import PRELOAD
+from systems.base import System
 from systems.diff_moe import HIGH, MEDIUM, DiffMoE, split_slots
 from systems.predictor import NextLayerPredictor
 

@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 from helpers import FixedBackend, meta_for, random_trace, tiny_model
 
-from harness.engine import Engine
-from harness.metrics import summarize
-from harness.recorder import DEMAND, HIT, LATE, MISS, PREFETCH, PRELOAD
-from harness.trace import trace_from_routing
+from core.trace import trace_from_routing
+from harness.sim.engine import Engine
+from harness.sim.metrics import summarize
+from harness.sim.recorder import DEMAND, HIT, LATE, MISS, PREFETCH, PRELOAD
 from systems.base import System
 from systems.layer_offload import LayerOffload
 from systems.lru import LRU

@@ -13,12 +13,12 @@ import numpy as np
 import pytest
 from helpers import EvictableSet, FixedBackend, meta_for, tiny_model
 
-from harness.config import compose_config
-from harness.engine import Engine
-from harness.recorder import LATE, MISS, PRELOAD
-from harness.run import run_config
-from harness.trace import trace_from_routing
-from systems.base import SystemContext
+from core.trace import trace_from_routing
+from core.view import SystemContext
+from harness.runner.config import compose_config
+from harness.runner.run import run_config
+from harness.sim.engine import Engine
+from harness.sim.recorder import LATE, MISS, PRELOAD
 from systems.expert_maps import (
     DECODE,
     PREFILL,

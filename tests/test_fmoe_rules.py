@@ -8,8 +8,9 @@ import numpy as np
 import pytest
 from helpers import EvictableSet, FixedBackend, random_trace, tiny_model
 
-from harness.engine import Engine
-from systems.base import KnobError, SystemContext
+from core.knobs import KnobError
+from core.view import SystemContext
+from harness.sim.engine import Engine
 from systems.expert_maps import DECODE
 from systems.fmoe import FMoE, _Prediction
 

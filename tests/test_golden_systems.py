@@ -20,8 +20,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from harness.config import compose_config, system_names
-from harness.run import run_config
+from harness.runner.config import compose_config, system_names
+from harness.runner.run import run_config
 
 GOLDEN = Path(__file__).with_name("golden") / "system_summaries.json"
 BASE = ["experiment=table1", "workload.prompt_len=48", "workload.output_len=8",

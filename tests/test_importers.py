@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from helpers import shared
 
-from harness.trace import TraceError, read_trace, write_trace
+from core.trace import TraceError, read_trace, write_trace
 from workloads.importers import RoutingImportError, main, read_routing, to_trace
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -124,8 +124,8 @@ def test_shared_samples_import():
 
 def test_table1_header_names_an_imported_trace(tmp_path):
     from analysis.table1 import main as table1_main
-    from harness.config import compose_config
-    from harness.run import run_config
+    from harness.runner.config import compose_config
+    from harness.runner.run import run_config
 
     rng = np.random.default_rng(0)
     rows = [{"request_id": f"q{r}", "layer": lay, "token_pos": t,

@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 import yaml
 
-from harness.rng import stream
-from harness.shared_data import shared_file
-from harness.specs import model_spec_from_dict
+from core.rng import stream
+from core.shared_data import shared_file
+from core.specs import model_spec_from_dict
 from workloads.arrivals import MAX_REQUEST_TOKENS
 from workloads.length_tables import LENGTH_TABLES
 from workloads.lengths import draw, request_lengths
@@ -75,7 +75,7 @@ def test_fitted_mean_and_spread(source):
 def test_fitted_spread_matches_the_azure_csv():
     path = shared_file("azure_llm_traces", "AzureLLMInferenceTrace_conv.csv")
     if path is None:
-        pytest.skip("shared data not present (harness/shared_data.py)")
+        pytest.skip("shared data not present (core/shared_data.py)")
     with open(path, newline="") as fh:
         rows = list(csv.DictReader(fh))
     real = np.array([int(r["ContextTokens"]) for r in rows], np.float64)
@@ -88,7 +88,7 @@ def test_fitted_spread_matches_the_azure_csv():
 
 def test_committed_tables_are_the_fit_of_the_shared_data():
     if shared_file("azure_llm_traces") is None or shared_file("sharegpt") is None:
-        pytest.skip("shared data not present (harness/shared_data.py)")
+        pytest.skip("shared data not present (core/shared_data.py)")
     pytest.importorskip("tokenizers")
     from workloads.length_fit import fit_tables
 

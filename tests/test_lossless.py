@@ -16,13 +16,13 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from harness.config import compose_config, system_names  # noqa: E402
-from harness.hf_arch import SUPPORTED, tiny_config  # noqa: E402
-from harness.hf_offload import OFFLOAD_TYPES, routed_param_count  # noqa: E402
-from harness.live import record, run_live  # noqa: E402
-from harness.metrics import summarize  # noqa: E402
-from harness.recorder import PRELOAD  # noqa: E402
-from harness.run import build_target  # noqa: E402
+from harness.live.driver import record, run_live  # noqa: E402
+from harness.live.hf_arch import SUPPORTED, tiny_config  # noqa: E402
+from harness.live.hf_offload import OFFLOAD_TYPES, routed_param_count  # noqa: E402
+from harness.runner.config import compose_config, system_names  # noqa: E402
+from harness.runner.run import build_target  # noqa: E402
+from harness.sim.metrics import summarize  # noqa: E402
+from harness.sim.recorder import PRELOAD  # noqa: E402
 from systems.base import System  # noqa: E402
 
 PROMPTS = [[5, 9, 17, 33, 2], [7, 8]]
@@ -91,15 +91,15 @@ def test_lossless(model_type, system_name):
 def test_unknown_architecture_lists_supported():
     from transformers import LlamaConfig
 
-    from harness.hf_arch import UnsupportedArchitecture, arch_of
+    from harness.live.hf_arch import UnsupportedArchitecture, arch_of
 
     with pytest.raises(UnsupportedArchitecture, match="supported: .*mixtral"):
         arch_of(LlamaConfig())
 
 
 def test_nllb_offload_refused_with_reason():
-    from harness.hf_arch import UnsupportedArchitecture
-    from harness.hf_offload import offload
+    from harness.live.hf_arch import UnsupportedArchitecture
+    from harness.live.hf_offload import offload
 
     with pytest.raises(UnsupportedArchitecture, match="expert_0 and expert_1"):
         offload(_model("nllb-moe"))

@@ -23,11 +23,11 @@ import pyarrow.parquet as pq
 import pytest
 from metric_refs import churn_reference, iterations, spec_recall_reference
 
-from harness.config import compose_config
-from harness.recorder import CLASS_NAMES, KIND_NAMES
-from harness.run import load_routing, run_config
-from harness.specs import model_spec_from_dict
-from harness.trace import write_trace
+from core.specs import model_spec_from_dict
+from core.trace import write_trace
+from harness.runner.config import compose_config
+from harness.runner.run import load_routing, run_config
+from harness.sim.recorder import CLASS_NAMES, KIND_NAMES
 
 HIT, LATE, MISS = (CLASS_NAMES.index(n) for n in ("hit", "late", "miss"))
 PREFETCH, DEMAND, PRELOAD = (KIND_NAMES.index(n) for n in ("prefetch", "demand", "preload"))
@@ -294,7 +294,7 @@ def test_latencies(run):
 
 
 def test_every_metric_is_covered(run):
-    # A metric added to harness/metrics.py must get an independent recomputation here.
+    # A metric added to harness/sim/metrics.py must get an independent recomputation here.
     covered = {"accesses", "hits", "late_prefetches", "misses", "hit_rate",
                "hit_rate_decode", "hit_rate_prefill", "prefetch_churn", "prefetches_unused",
                "prefetches_late", "prefetches_per_decode_token",

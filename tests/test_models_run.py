@@ -8,9 +8,9 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from harness.config import compose_config
-from harness.run import run_config
-from harness.specs import model_spec_from_dict
+from core.specs import model_spec_from_dict
+from harness.runner.config import compose_config
+from harness.runner.run import run_config
 
 MODELS = sorted(p.stem for p in (Path(__file__).parent.parent / "conf" / "model").glob("*.yaml"))
 TINY = ["workload.num_requests=2", "workload.prompt_len=8", "workload.output_len=3",

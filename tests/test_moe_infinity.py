@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 from helpers import EvictableSet, FixedBackend, random_trace, tiny_model
 
-from harness.engine import Engine
-from systems.base import SystemContext
+from core.view import SystemContext
+from harness.sim.engine import Engine
 from systems.eamc import EAMC, request_eams, top_ranked
 from systems.moe_infinity import MoEInfinity, released_layer_factor, released_priority
 

@@ -1,6 +1,6 @@
 """No tracked source, test or config file holds an absolute path of a machine.
 
-Data is found through harness/shared_data.py (MOEBENCH_SHARED_DATA or ../shared/data beside the
+Data is found through core/shared_data.py (MOEBENCH_SHARED_DATA or ../shared/data beside the
 checkout) and results through `results_dir`, so a clone works wherever it sits. The checkout's
 own location and its parent are computed here, at test time, and must appear nowhere; any
 other absolute path (two or more segments, after a blank, quote, '=', '(' or ',') must be in
@@ -20,8 +20,8 @@ SCANNED_SUFFIXES = (".py", ".yaml", ".yml", ".toml", ".sh", ".cfg", ".ini", ".tx
 SCANNED_NAMES = ("Makefile", "run")  # the Makefile and .ci/run
 ALLOWED = {
     "/usr/bin/env": "shebang of .ci/run and scripts: finds bash on any POSIX system",
-    "/proc/cpuinfo": "the Linux kernel's CPU description (harness/provenance.py), fixed by the "
-                     "kernel, the same path on every Linux machine",
+    "/proc/cpuinfo": "the Linux kernel's CPU description (harness/runner/provenance.py), "
+                     "fixed by the kernel, the same path on every Linux machine",
     "/dev/null": "the POSIX null device",
 }
 ABSOLUTE = re.compile(r"(?:^|(?<=[\s'\"=(,\[]))/[A-Za-z][\w.+-]*(?:/[\w.+-]+)+")

@@ -1,4 +1,4 @@
-"""harness/numerics.py against independent references: the math module (glibc's exp and log,
+"""core/numerics.py against independent references: the math module (glibc's exp and log,
 themselves within 0.5 ulp, so float64 bounds allow 0.5 ulp more than the docstring's),
 mpmath when installed (exact), statistics.NormalDist and hand-worked values."""
 
@@ -10,8 +10,8 @@ from statistics import NormalDist
 import numpy as np
 import pytest
 
-from harness import numerics
-from harness.rng import stream
+from core import numerics
+from core.rng import stream
 
 
 def ulps(got: np.ndarray, exact: list[float], dtype) -> np.ndarray:

@@ -10,10 +10,10 @@ import pyarrow.parquet as pq
 import pytest
 from helpers import tiny_model
 
-from harness.config import compose_config
-from harness.metrics import request_latencies, slo_goodput
-from harness.run import run_config
-from harness.specs import SpecError
+from core.specs import SpecError
+from harness.runner.config import compose_config
+from harness.runner.run import run_config
+from harness.sim.metrics import request_latencies, slo_goodput
 from workloads import arrivals as arr
 from workloads.synthetic import SyntheticConfig, generate_trace
 

@@ -10,9 +10,9 @@ from helpers import meta_for, tiny_model
 from metric_refs import churn_reference, spec_recall_reference
 from test_engine import two_layer_timeline
 
-from harness.metrics import prefetch_churn, spec_recall, summarize
-from harness.recorder import DEMAND, PREFETCH
-from harness.trace import trace_from_routing
+from core.trace import trace_from_routing
+from harness.sim.metrics import prefetch_churn, spec_recall, summarize
+from harness.sim.recorder import DEMAND, PREFETCH
 
 
 def test_timeline_metrics_by_hand():

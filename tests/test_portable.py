@@ -1,6 +1,6 @@
 """Portable determinism (docs/trace-format.md, "Portable determinism"): every OpenBLAS kernel
 x numpy SIMD level this CPU can run gives one trace sha256, one calibration sha256, the same
-harness.numerics bits and an identical result.json for every system (apart from `timing` and
+core.numerics bits and an identical result.json for every system (apart from `timing` and
 `environment`). The lowest SIMD level also turns off glibc's FMA/AVX2 variants of exp and
 log (which numpy's samplers and the math module call). Each combination is a subprocess
 (tests/portable_child.py); one the CPU cannot execute is skipped with a printed reason and a

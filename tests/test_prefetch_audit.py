@@ -9,7 +9,7 @@ import json
 import pandas as pd
 
 from analysis.prefetch_audit import main, verdicts
-from harness.config import system_names
+from harness.runner.config import system_names
 
 
 def test_audit_runs_every_system_both_ways(tmp_path):

@@ -9,10 +9,10 @@ from __future__ import annotations
 import pyarrow.parquet as pq
 import pytest
 
-from harness.config import compose_config, system_names
-from harness.recorder import PREFETCH
-from harness.run import run_config
-from harness.specs import SpecError
+from core.specs import SpecError
+from harness.runner.config import compose_config, system_names
+from harness.runner.run import run_config
+from harness.sim.recorder import PREFETCH
 
 TINY = ["experiment=table1", "workload.num_requests=3", "workload.prompt_len=16",
         "workload.output_len=5", "calibration_requests=3", "progress=false",

@@ -1,7 +1,7 @@
 """Trace recorder: the routing it writes against HF's own router logits, the speculative guess
 wiring, labels of random-weight routing, determinism, checkpoints, and replay in the simulator.
 
-Models are tiny random-weight ones (harness.hf_arch.tiny_config); nothing is downloaded.
+Models are tiny random-weight ones (harness.live.hf_arch.tiny_config); nothing is downloaded.
 """
 
 from __future__ import annotations
@@ -13,12 +13,12 @@ import numpy as np
 import pytest
 from helpers import shared
 
-from harness.trace import read_trace, trace_from_routing
+from core.trace import read_trace, trace_from_routing
 
 torch = pytest.importorskip("torch", reason="the recorder needs the [torch] extra")
 pytest.importorskip("transformers", reason="the recorder needs the [torch] extra")
 
-from harness.record import (  # noqa: E402
+from harness.live.record import (  # noqa: E402
     RANDOM_SOURCE,
     REAL_REUSE_LAG1,
     RecordConfig,
@@ -36,7 +36,7 @@ FAST = dict(model="tiny:mixtral", num_prompts=2, max_prompt_tokens=12, output_le
 def _tiny(model_type: str, seed: int = 0):
     from transformers import AutoModelForCausalLM
 
-    from harness.hf_arch import tiny_config
+    from harness.live.hf_arch import tiny_config
 
     torch.manual_seed(seed)
     return AutoModelForCausalLM.from_config(tiny_config(model_type)).eval()
@@ -58,7 +58,7 @@ def test_reuse_lag1_hand_worked():
 
 def test_recorded_topk_matches_hf_router_logits():
     model = _tiny("mixtral")
-    from harness.hf_arch import moe_blocks
+    from harness.live.hf_arch import moe_blocks
 
     blocks = moe_blocks(model)
     tap = RoutingTap(blocks)
@@ -80,7 +80,7 @@ def test_recorded_topk_matches_hf_router_logits():
 
 def test_speculative_guess_applies_next_router_to_this_layers_input():
     model = _tiny("mixtral", seed=1)
-    from harness.hf_arch import moe_blocks
+    from harness.live.hf_arch import moe_blocks
 
     blocks = moe_blocks(model)
     # Give layer 1 the router weights of layer 0: then layer 0's guess for layer 1 (layer 1's
@@ -199,8 +199,8 @@ def test_parse_args_errors():
 
 def test_recorded_trace_replays_and_table_warns(tmp_path):
     from analysis.table1 import main as table1_main
-    from harness.config import compose_config
-    from harness.run import run_config
+    from harness.runner.config import compose_config
+    from harness.runner.run import run_config
 
     path = record(RecordConfig(**FAST, out=str(tmp_path / "t.npz")))["path"]
     # tiny:mixtral has 3 MoE layers of 8 experts, top-2: Mixtral's spec cut to 3 layers.

@@ -17,10 +17,10 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from harness.config import compose_config
-from harness.run import build_target, run_config
-from harness.specs import SpecError, hardware_spec_from_dict, model_spec_from_dict
-from harness.trace import trace_from_routing, write_trace
+from core.specs import SpecError, hardware_spec_from_dict, model_spec_from_dict
+from core.trace import trace_from_routing, write_trace
+from harness.runner.config import compose_config
+from harness.runner.run import build_target, run_config
 from systems.base import System
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -32,7 +32,7 @@ HEX64 = re.compile(r"^[0-9a-f]{64}$")
 
 
 def cli(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "harness.cli", *args], cwd=cwd,
+    return subprocess.run([sys.executable, "-m", "moebench.cli", *args], cwd=cwd,
                           capture_output=True, text=True, timeout=120)
 
 
@@ -292,8 +292,8 @@ def test_system_target_outside_project_is_refused(tmp_path):
     "os.system",
     "subprocess.Popen",
     "builtins.eval",
-    "harness.run.Path",  # pathlib.Path re-exported by a project module
-    "harness.trace.field",  # dataclasses.field, a function
+    "harness.runner.run.Path",  # pathlib.Path re-exported by a project module
+    "core.trace.field",  # dataclasses.field, a function
     "workloads.synthetic.SyntheticConfig",  # a project class, but not a System
     None,
     42,
@@ -304,11 +304,11 @@ def test_build_target_refuses(target):
         build_target(node, "system", System)
 
 
-@pytest.mark.parametrize("target", ["harness.run.Path", "harness.trace.field",
-                                    "harness.run.run_config", "os.system"])
+@pytest.mark.parametrize("target", ["harness.runner.run.Path", "core.trace.field",
+                                    "harness.runner.run.run_config", "os.system"])
 def test_workload_target_must_be_a_project_class(target):
     """Workloads have no base class to check, so a name that a project module merely imports
-    (pathlib.Path in harness.run) or a function must still be refused."""
+    (pathlib.Path in harness.runner.run) or a function must still be refused."""
     with pytest.raises(SpecError, match=r"workload\._target_"):
         build_target({"_target_": target}, "workload")
 

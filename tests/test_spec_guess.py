@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 import yaml
 
-from harness.blocks import linked_layers, row_layers
-from harness.specs import model_spec_from_dict
+from core.blocks import linked_layers, row_layers
+from core.specs import model_spec_from_dict
 from workloads import spec_guess
 from workloads.synthetic import SyntheticConfig, generate_trace
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from harness.specs import SpecError, hardware_spec_from_dict, model_spec_from_dict
+from core.specs import SpecError, hardware_spec_from_dict, model_spec_from_dict
 
 CONF = Path(__file__).resolve().parent.parent / "conf"
 MODEL_FILES = sorted((CONF / "model").glob("*.yaml"))

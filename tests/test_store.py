@@ -16,13 +16,13 @@ from pathlib import Path
 
 import pytest
 
-from harness.atomic import atomic_path, replace_dir, restore_set_aside, write_text
-from harness.config import compose_config
-from harness.provenance import code_version, run_id
-from harness.results import PAUSE_ENV
-from harness.run import run_config
-from harness.specs import SpecError
-from harness.store import RunLock, check_component, default_run_name, run_dir_of
+from core.atomic import atomic_path, replace_dir, restore_set_aside, write_text
+from core.specs import SpecError
+from harness.runner.config import compose_config
+from harness.runner.provenance import code_version, run_id
+from harness.runner.results import PAUSE_ENV
+from harness.runner.run import run_config
+from harness.runner.store import RunLock, check_component, default_run_name, run_dir_of
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY = ["workload.num_requests=2", "workload.prompt_len=8", "workload.output_len=2",
@@ -30,7 +30,7 @@ TINY = ["workload.num_requests=2", "workload.prompt_len=8", "workload.output_len
 
 
 def cli(args: list[str], cwd: Path = ROOT, env: dict | None = None, **kw):
-    return subprocess.run([sys.executable, "-m", "harness.cli", *args], cwd=cwd,
+    return subprocess.run([sys.executable, "-m", "moebench.cli", *args], cwd=cwd,
                           capture_output=True, text=True, timeout=180,
                           env={**os.environ, **(env or {})}, **kw)
 
@@ -96,9 +96,9 @@ def test_default_names_are_readable_and_end_in_the_config_hash():
 def test_routing_paths_that_used_to_collide_get_two_folders(tmp_path):
     """`routing=<dir>/a/b_c.npz` and `routing=<dir>/a_b/c.npz` once both became
     `lru,routing=_<dir>_a_b_c.npz`, and the second run overwrote the first."""
-    from harness.run import load_routing
-    from harness.specs import model_spec_from_dict
-    from harness.trace import write_trace
+    from core.specs import model_spec_from_dict
+    from core.trace import write_trace
+    from harness.runner.run import load_routing
 
     cfg = compose_config(["system=lru", *TINY])
     trace = load_routing(cfg, model_spec_from_dict(cfg["model"]), "measure")
@@ -135,7 +135,7 @@ def test_a_held_lock_gives_one_clear_error_and_leaves_the_folder(tmp_path):
 def test_a_killed_lock_holder_never_blocks_a_later_run(tmp_path):
     run_dir = tmp_path / "default" / "r"
     holder = subprocess.Popen([sys.executable, "-c", (
-        "import sys, time; from harness.store import RunLock; "
+        "import sys, time; from harness.runner.store import RunLock; "
         f"RunLock({str(run_dir)!r}).__enter__(); print('held', flush=True); time.sleep(60)")],
         cwd=ROOT, stdout=subprocess.PIPE, text=True)
     assert holder.stdout.readline().strip() == "held"
@@ -149,7 +149,7 @@ def test_a_killed_lock_holder_never_blocks_a_later_run(tmp_path):
 
 def test_concurrent_writers_of_one_folder_succeed_or_get_the_lock_error(tmp_path):
     args = ["system=on_demand", *TINY, f"results_dir={tmp_path}", "run_name=same"]
-    procs = [subprocess.Popen([sys.executable, "-m", "harness.cli", *args], cwd=ROOT,
+    procs = [subprocess.Popen([sys.executable, "-m", "moebench.cli", *args], cwd=ROOT,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
              for _ in range(4)]
     outs = [p.communicate(timeout=180) for p in procs]
@@ -177,7 +177,7 @@ def test_a_failed_write_leaves_the_old_file_and_no_leftover(tmp_path):
 def test_leftovers_of_dead_writers_are_cleaned_by_the_next_write(tmp_path):
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
                           capture_output=True, text=True).stdout.strip()
-    from harness.atomic import tmp_sibling
+    from core.atomic import tmp_sibling
 
     mine = tmp_sibling(tmp_path / "t.csv")
     stale = mine.with_name(mine.name.rsplit("-", 1)[0] + f"-{dead}")
@@ -210,7 +210,7 @@ def test_sigkill_inside_a_write_keeps_the_previous_run_and_table1_ignores_the_le
     assert cli(args).returncode == 0
     exp = tmp_path / "table1"
     first = (exp / "od" / "result.json").read_bytes()
-    proc = subprocess.Popen([sys.executable, "-m", "harness.cli", *args], cwd=ROOT,
+    proc = subprocess.Popen([sys.executable, "-m", "moebench.cli", *args], cwd=ROOT,
                             env={**os.environ, PAUSE_ENV: "60"}, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE)
     deadline = time.monotonic() + 120

@@ -20,9 +20,9 @@ import yaml
 
 from analysis.characterize import characterize as routing_stats
 from analysis.characterize import cross_layer, request_sequences
-from harness.shared_data import shared_file
-from harness.specs import model_spec_from_dict
-from harness.trace import read_trace, write_trace
+from core.shared_data import shared_file
+from core.specs import model_spec_from_dict
+from core.trace import read_trace, write_trace
 from workloads.synthetic import SyntheticConfig, generate_trace
 from workloads.tasks import paper_task_mix
 
@@ -172,7 +172,7 @@ def test_coupling_off_is_the_generator_before_the_knob(dsv2):
     """cross_layer_corr = 0 draws nothing extra and records nothing: the same trace as the
     generator without the knob. The sha was first computed with workloads/synthetic.py
     before the knob (9971bdc0ec656229...); generator version 2 (portable arithmetic,
-    harness/numerics.py) changed every trace, so on 2026-12-01 it was recomputed by running
+    core/numerics.py) changed every trace, so on 2026-12-01 it was recomputed by running
     this config with version 2 (g = 0: ce919881ca948e66...), identical under
     OPENBLAS_CORETYPE = Haswell, SkylakeX, Sandybridge, Prescott x NPY_DISABLE_CPU_FEATURES =
     none, the AVX512 groups, every dispatched group (tests/test_portable.py's combinations).
@@ -308,7 +308,7 @@ BAD_CONFIG = [
 @pytest.mark.parametrize("override, message", BAD_CONFIG,
                          ids=[next(iter(o)) for o, _ in BAD_CONFIG])
 def test_bad_config_names_the_workload_key(override, message):
-    from harness.specs import SpecError
+    from core.specs import SpecError
 
     with pytest.raises(SpecError) as err:  # reported by moebench without a traceback
         SyntheticConfig(**override).check()

@@ -20,10 +20,11 @@ from helpers import FixedBackend, random_trace, tiny_model
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from harness.engine import Engine
-from harness.recorder import HIT, LATE, MISS, PRELOAD
-from harness.trace import read_trace
-from systems.base import KnobError, SystemContext
+from core.knobs import KnobError
+from core.trace import read_trace
+from core.view import SystemContext
+from harness.sim.engine import Engine
+from harness.sim.recorder import HIT, LATE, MISS, PRELOAD
 from systems.diff_moe import DiffMoE
 from systems.fmoe import FMoE
 from systems.layer_offload import LayerOffload

@@ -10,8 +10,8 @@ import shutil
 import pytest
 
 from analysis.table1 import main
-from harness.config import compose_config
-from harness.run import run_config
+from harness.runner.config import compose_config
+from harness.runner.run import run_config
 
 TINY = ["workload.num_requests=3", "workload.prompt_len=16", "workload.output_len=4",
         "progress=false"]

@@ -10,9 +10,9 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from harness import recorder  # noqa: E402
-from harness.backend_torch import DEMAND, PREFETCH, PRELOAD, TorchBackend  # noqa: E402
-from harness.hf_arch import SUPPORTED, moe_blocks, scaled_config, tiny_config  # noqa: E402
+from harness.live.backend_torch import DEMAND, PREFETCH, PRELOAD, TorchBackend  # noqa: E402
+from harness.live.hf_arch import SUPPORTED, moe_blocks, scaled_config, tiny_config  # noqa: E402
+from harness.sim import recorder  # noqa: E402
 
 
 def _host(n: int) -> dict[int, list]:
@@ -87,8 +87,8 @@ def test_tiny_models_blocks_and_routes(model_type):
 
 
 def test_scaled_config_matches_spec():
-    from harness.config import compose_config
-    from harness.specs import model_spec_from_dict
+    from core.specs import model_spec_from_dict
+    from harness.runner.config import compose_config
 
     spec = model_spec_from_dict(compose_config(["model=deepseek_v2_lite"])["model"])
     cfg = scaled_config(spec, num_moe_layers=2)
@@ -112,7 +112,7 @@ def test_replay_forces_routing():
     """Replayed routing: the experts run are the trace's, not the router's."""
     from transformers import AutoModelForCausalLM
 
-    from harness.live import record, run_live
+    from harness.live.driver import record, run_live
     from systems.on_demand import OnDemand
 
     torch.manual_seed(0)
@@ -134,7 +134,7 @@ def test_validate_runs_end_to_end_on_cpu(tmp_path):
     """Mechanics only on CPU: the same trace through SimBackend and TorchBackend."""
     import json
 
-    from harness.validate import main
+    from harness.live.validate import main
 
     rc = main(["--hardware", "conf/hardware/rtx_a5000.yaml", "--num-moe-layers", "1",
                "--scale", "0.0625", "--vocab-size", "512", "--cache-fraction", "0.25",

@@ -1,6 +1,6 @@
 """Trace format v1: round trip, version and checksum checks, corruption, validation messages.
 
-Every trace here is written out by hand (harness.trace.trace_from_routing over literal routing)
+Every trace here is written out by hand (core.trace.trace_from_routing over literal routing)
 and every expected value (shapes, offsets, token counts, messages' request / step / layer) is
 worked out from that literal routing, not taken from the code under test.
 """
@@ -17,7 +17,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from harness.trace import Trace, TraceError, read_trace, trace_from_routing, write_trace
+from core.trace import Trace, TraceError, read_trace, trace_from_routing, write_trace
 
 E, K = 4, 2  # experts, top-k of the hand-written decoder traces
 META = {"num_moe_layers": 2, "num_experts": E, "top_k": K,

@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 from helpers import rewrite_trace, set_array, set_header
 
-from harness.trace import TraceError, read_trace, trace_from_routing, write_trace
-from harness.trace_file import READ_EXPANSION, READ_FLOOR_BYTES
+from core.trace import TraceError, read_trace, trace_from_routing, write_trace
+from core.trace_file import READ_EXPANSION, READ_FLOOR_BYTES
 
 META = {"num_moe_layers": 2, "num_experts": 4, "top_k": 1,
         "moe_layer_stacks": ["decoder", "decoder"], "synthetic": True}

@@ -32,9 +32,9 @@ from pathlib import Path
 
 import numpy as np
 
-from harness.atomic import write_bytes
-from harness.rng import stream
-from harness.specs import SpecError
+from core.atomic import write_bytes
+from core.rng import stream
+from core.specs import SpecError
 
 AZURE_REPO = "https://github.com/Azure/AzurePublicDataset"
 # The 2023 traces (one hour each) as committed in the repository above.

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from harness.blocks import linked_layers
-from harness.rng import stream
+from core.blocks import linked_layers
+from core.rng import stream
 
 
 def cross_layer_map(cfg, stacks: tuple[str, ...], E: int):

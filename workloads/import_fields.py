@@ -14,8 +14,8 @@ import re
 
 import numpy as np
 
-from harness.checks import is_integer, is_number
-from harness.trace import TraceError
+from core.checks import is_integer, is_number
+from core.trace import TraceError
 
 ALIASES = {
     "request": ("request_id", "prompt_id", "problem_id"),

@@ -38,7 +38,7 @@ from pathlib import Path
 
 import numpy as np
 
-from harness.trace import Trace, TraceError, id_dtype
+from core.trace import Trace, TraceError, id_dtype
 from workloads.import_fields import (
     RoutingImportError,
     expert_ids,
@@ -266,8 +266,8 @@ def model_shape(name: str) -> dict:
     """num_moe_layers, num_experts, top_k and model name from conf/model/<name>.yaml."""
     import yaml
 
-    from harness.results import PROJECT_ROOT
-    from harness.specs import model_spec_from_dict
+    from core.paths import PROJECT_ROOT
+    from core.specs import model_spec_from_dict
 
     path = PROJECT_ROOT / "conf" / "model" / f"{name}.yaml"
     if not path.exists():
@@ -293,7 +293,7 @@ def _span(text: str, n: int) -> tuple[int, int]:
 
 def main(argv: list[str]) -> int:
     """`moebench import-routing IN OUT --model NAME [--decode-tokens N] ...`"""
-    from harness.trace import write_trace
+    from core.trace import write_trace
 
     ap = argparse.ArgumentParser(prog="moebench import-routing",
                                  description="Convert per-token routing (JSONL/CSV) to trace v1.")

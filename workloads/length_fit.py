@@ -1,6 +1,6 @@
 """Fit the synthetic request-length distributions (workloads/length_tables.py) to real data.
 
-Run once, from the checkout, with the shared data present (harness/shared_data.py):
+Run once, from the checkout, with the shared data present (core/shared_data.py):
 
     python -m workloads.length_fit > workloads/length_tables.py
 
@@ -69,7 +69,7 @@ def _lengths(name: str, path: Path) -> tuple[np.ndarray, np.ndarray, dict]:
 
 def fit_tables(shared_dir: Path | None = None) -> dict:
     """{source: provenance and the prompt / output summaries} from the shared data."""
-    from harness.shared_data import require_shared_file, shared_data_dir
+    from core.shared_data import require_shared_file, shared_data_dir
 
     root = Path(shared_dir) if shared_dir is not None else shared_data_dir()
     tables = {}

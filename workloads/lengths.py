@@ -16,7 +16,7 @@ calibration split gets other lengths and a longer run begins with the same ones.
 the clip at 1 move the mean by well under a token for means >= 8.
 
 Portable: uniform draws and elementwise +, -, *, /, rint and comparisons only
-(harness.numerics); the table's mean is math.fsum's correctly rounded sum.
+(core.numerics); the table's mean is math.fsum's correctly rounded sum.
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ import math
 
 import numpy as np
 
-from harness.numerics import uniform
-from harness.rng import stream
+from core.numerics import uniform
+from core.rng import stream
 from workloads.arrivals import MAX_REQUEST_TOKENS
 from workloads.length_tables import GRID_N, LENGTH_TABLES
 

@@ -32,9 +32,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from harness.checks import boolean, number
-from harness.numerics import on_grid, standard_normal
-from harness.rng import stream
+from core.checks import boolean, number
+from core.numerics import on_grid, standard_normal
+from core.rng import stream
 from workloads.arrivals import ArrivalError, make_arrivals
 from workloads.lengths import request_lengths
 

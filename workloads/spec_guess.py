@@ -21,7 +21,7 @@ default coupling but below random (0.090) without it. Nothing here reads the gen
 scores or its cross-layer source map: the table is estimated from routed experts of other
 requests, like any history-based predictor.
 
-Portable (docs/trace-format.md): logs come from harness.numerics.log and the table is stored
+Portable (docs/trace-format.md): logs come from core.numerics.log and the table is stored
 as integers (PMI_SCALE steps per nat), so the scores, noise and selection are integer
 arithmetic; the
 selection packs the id into the low bits of the key (distinct keys: the sorted order is
@@ -34,8 +34,8 @@ import math
 
 import numpy as np
 
-from harness import numerics
-from harness.blocks import linked_layers, next_layer_rows, row_layers
+from core import numerics
+from core.blocks import linked_layers, next_layer_rows, row_layers
 
 FIT_SPLIT = "spec-fit"
 # 128 requests of 64 + 8 tokens (8,192 prompt tokens): recall within 0.001 of a table fitted

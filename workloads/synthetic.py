@@ -36,7 +36,7 @@ than argpartition.
 
 Portable (docs/trace-format.md, "Portable determinism"): the same bits on every CPU, BLAS
 kernel and numpy SIMD path. Gumbel and normal draws, exp and softmax come from
-harness/numerics.py and numpy's fixed-order sums, no BLAS; stored top-k rows are sorted by
+core/numerics.py and numpy's fixed-order sums, no BLAS; stored top-k rows are sorted by
 score, largest first, never in partition order.
 """
 
@@ -47,11 +47,11 @@ from dataclasses import asdict, dataclass, field, replace
 
 import numpy as np
 
-from harness import numerics
-from harness.blocks import linked_layers, row_layers
-from harness.rng import stream
-from harness.specs import ModelSpec
-from harness.trace import Trace, id_dtype
+from core import numerics
+from core.blocks import linked_layers, row_layers
+from core.rng import stream
+from core.specs import ModelSpec
+from core.trace import Trace, id_dtype
 from workloads import spec_guess
 from workloads.cross_layer import copy_layers, cross_layer_map
 from workloads.tasks import PAPER_TASK_COUNTS
@@ -135,7 +135,7 @@ class SyntheticConfig:
 def _skewed(rng: np.random.Generator, shape: tuple) -> np.ndarray:
     """Standardised Gumbel draws (mean 0, std 1, right-skewed): a few strongly preferred
     experts per row, as the real sample's high top-expert share at high entropy needs.
-    harness.numerics draws them (the same bits on every CPU)."""
+    core.numerics draws them (the same bits on every CPU)."""
     return (numerics.gumbel(rng, shape) - np.euler_gamma) * (math.sqrt(6) / math.pi)
 
 
@@ -229,7 +229,7 @@ def _route_chunk(rng, pref, cfg, n0, counts, t_max, k2, keep, cross=None, with_p
 
 def _softmax(x: np.ndarray) -> np.ndarray:
     """Softmax over the last axis of float32 scores [..., n] with |x| < SCORE_OFFSET - 1 (no
-    overflow, no underflow to 0): harness.numerics.exp and numpy's fixed-order sum, not a
+    overflow, no underflow to 0): core.numerics.exp and numpy's fixed-order sum, not a
     BLAS product with ones, whose summation order depends on the kernel."""
     p = numerics.exp(x)
     p *= (1 / p.sum(axis=-1))[..., None]
@@ -353,7 +353,7 @@ def generate_trace(model: ModelSpec, cfg: SyntheticConfig) -> Trace:
     else:
         emb = plan.embeddings
     # version 3: next-layer guesses from the past only (workloads/spec_guess.py); version 2:
-    # portable arithmetic (harness/numerics.py; docs/trace-format.md)
+    # portable arithmetic (core/numerics.py; docs/trace-format.md)
     generator = {"name": "workloads.synthetic", "version": 3, **asdict(cfg)}
     for key in ("arrivals", "prompts"):  # absent when unset: default traces stay as they were
         if generator[key] is None:

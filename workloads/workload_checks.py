@@ -6,8 +6,8 @@ key as the user writes it on the command line, `workload.<field>` (docs/serving.
 
 from __future__ import annotations
 
-from harness.checks import integer, is_integer, number
-from harness.specs import SpecError
+from core.checks import integer, is_integer, number
+from core.specs import SpecError
 from workloads.arrivals import MAX_REQUEST_TOKENS
 
 # (field, lowest, highest or None); token counts have the per-request bound of replayed

@@ -1,0 +1,22 @@
+"""Compose the Hydra config without the CLI (benchmarks, tests, notebooks)."""
+
+from __future__ import annotations
+
+from core.paths import PROJECT_ROOT
+
+
+def compose_config(overrides: list[str], run_name: str = "run",
+                   results_dir: str | None = None) -> dict:
+    """The resolved config dict `moebench <overrides>` would run (run_name/results_dir fixed)."""
+    from hydra import compose, initialize_config_dir
+    from omegaconf import OmegaConf
+
+    extra = [f"run_name={run_name}",
+             f"results_dir={results_dir or PROJECT_ROOT / 'results'}"]
+    with initialize_config_dir(config_dir=str(PROJECT_ROOT / "conf"), version_base="1.3"):
+        cfg = compose(config_name="config", overrides=[*overrides, *extra])
+    return OmegaConf.to_container(cfg, resolve=True)
+
+
+def system_names() -> list[str]:
+    return sorted(p.stem for p in (PROJECT_ROOT / "conf" / "system").glob("*.yaml"))

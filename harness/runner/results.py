@@ -1,0 +1,78 @@
+"""Result files: result.json (schema v1) and per-access / per-token / per-transfer parquet.
+
+A run directory is written whole into a hidden temporary sibling and swapped into place in
+one step (core/atomic.py), so a failed or killed run leaves no partial result behind and
+never removes the previous complete one. The caller holds the run folder's lock
+(harness/runner/store.py). result.json is written with sorted keys and a fixed indent; everything
+except its `timing` and `environment` blocks is byte-identical for the same config, seed and
+code on any machine.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from pathlib import Path
+
+import numpy as np
+
+from core.atomic import atomic_dir
+
+RESULT_SCHEMA_VERSION = "1.0"
+PARQUET_SCHEMA_VERSION = "1.0"
+# Config keys that change where or how a run is shown, not what it computes.
+NON_SEMANTIC_KEYS = ("progress", "results_dir", "run_name", "experiment_name", "wandb")
+# Test-only: seconds to sleep between the parquet files and result.json, so a test can kill a
+# writer provably inside the write (tests/test_store.py). Unset in normal use.
+PAUSE_ENV = "MOEBENCH_TEST_PAUSE_IN_WRITE_S"
+
+
+def canonical_json(obj) -> str:
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=True,
+                      allow_nan=False)
+
+
+def config_hash(config: dict) -> str:
+    semantic = {k: v for k, v in config.items() if k not in NON_SEMANTIC_KEYS}
+    return hashlib.sha256(canonical_json(semantic).encode()).hexdigest()
+
+
+def _parquet(columns: dict[str, np.ndarray], path: Path, schema_name: str, run_id: str,
+             request_ids: list[str] | None) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    n = len(next(iter(columns.values()))) if columns else 0
+    arrays = {"run_id": pa.array([run_id] * n, type=pa.string())}
+    if request_ids is not None and "request" in columns:
+        # The trace's request id for each row, dictionary-encoded (a few bytes per row).
+        arrays["request_id"] = pa.DictionaryArray.from_arrays(
+            pa.array(columns["request"], type=pa.int32()), pa.array(request_ids, pa.string()))
+    arrays.update({k: pa.array(v) for k, v in columns.items()})
+    table = pa.table(arrays)
+    table = table.replace_schema_metadata({
+        b"moebench.schema": schema_name.encode(),
+        b"moebench.schema_version": PARQUET_SCHEMA_VERSION.encode()})
+    pq.write_table(table, path, compression="zstd")
+
+
+def write_run(run_dir: Path, result: dict, tables: dict | None,
+              request_ids: list[str] | None = None) -> Path:
+    """Write result.json (+ parquet tables) into a temporary sibling, then swap it in."""
+    run_dir = Path(run_dir)
+    with atomic_dir(run_dir) as tmp:
+        if tables is not None:
+            run_id = result["run_id"]
+            for name in ("accesses", "tokens", "transfers"):
+                _parquet(tables[name], tmp / f"{name}.parquet", name, run_id, request_ids)
+        if os.environ.get(PAUSE_ENV):
+            time.sleep(float(os.environ[PAUSE_ENV]))
+        text = json.dumps(result, sort_keys=True, indent=1, ensure_ascii=True, allow_nan=False)
+        (tmp / "result.json").write_text(text + "\n")
+    return run_dir
+
+
+def read_result(run_dir: Path) -> dict:
+    return json.loads((Path(run_dir) / "result.json").read_text())

@@ -1,0 +1,199 @@
+"""Build one configuration (model x hardware x system x workload), run it, write the result."""
+
+from __future__ import annotations
+
+import importlib
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+import numpy as np
+
+from core.knobs import KnobError
+from core.specs import SpecError, hardware_spec_from_dict, model_spec_from_dict
+from core.trace import Trace, TraceError, read_trace
+from harness.runner.provenance import code_version, environment, run_id
+from harness.runner.results import RESULT_SCHEMA_VERSION, canonical_json, config_hash, write_run
+from harness.runner.runconfig import check_run_config
+from harness.runner.store import RunLock
+from harness.sim.backend_sim import SimBackend
+from harness.sim.engine import Engine, EngineError
+from harness.sim.memory import plan_memory
+from harness.sim.metrics import spec_recall, summarize
+from systems.base import System
+
+ALLOWED_TARGET_PREFIXES = ("systems.", "workloads.", "harness.", "analysis.")
+_TRACE_MEMO: dict[str, Trace] = {}  # multirun jobs in one process share generated traces
+
+
+def build_target(node: dict, where: str, base: type | None = None):
+    """Instantiate `_target_` with the node's other keys; only this project's classes."""
+    node = dict(node)
+    target = node.pop("_target_", None)
+    if not isinstance(target, str) or not target.startswith(ALLOWED_TARGET_PREFIXES):
+        raise SpecError(f"{where}._target_: {target!r} is not a class of this project "
+                        f"(allowed prefixes: {', '.join(ALLOWED_TARGET_PREFIXES)})")
+    module, _, name = target.rpartition(".")
+    try:
+        cls = getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError) as exc:
+        raise SpecError(f"{where}._target_: cannot import {target!r} ({exc})") from exc
+    # A name re-exported by a project module (harness.runner.run.Path) is not a project class.
+    if not isinstance(cls, type) or not f"{cls.__module__}.".startswith(ALLOWED_TARGET_PREFIXES):
+        raise SpecError(f"{where}._target_: {target!r} is not a class of this project "
+                        f"(it is {getattr(cls, '__module__', '?')}.{name})")
+    if base is not None and not issubclass(cls, base):
+        raise SpecError(f"{where}._target_: {target!r} is not a {base.__name__}")
+    try:
+        return cls(**node)
+    except KnobError as exc:  # the message starts with the knob: `system.slots_per_layer: ...`
+        raise SpecError(f"{where}.{exc}") from exc
+    except (TypeError, ValueError) as exc:
+        raise SpecError(f"{where}: {exc}") from exc
+
+
+def load_routing(cfg: dict, model, split: str, num_requests: int | None = None) -> Trace:
+    """The run's trace: a trace file when `routing` is set, else the synthetic generator."""
+    path = cfg.get("routing") if split == "measure" else cfg.get("calibration_routing")
+    if path:
+        key = f"file:{Path(path).resolve()}"
+        if key not in _TRACE_MEMO:
+            _TRACE_MEMO[key] = read_trace(path)
+        return _TRACE_MEMO[key]
+    workload = dict(cfg["workload"])
+    workload["split"] = split
+    workload["seed"] = int(cfg["seed"])
+    if num_requests is not None:
+        workload["num_requests"] = num_requests
+    key = canonical_json({"model": model.name, "bits": model.expert_bits, **workload})
+    if key not in _TRACE_MEMO:
+        synth_cfg = build_target(workload, "workload")
+        from workloads.synthetic import generate_trace
+
+        try:
+            _TRACE_MEMO[key] = generate_trace(model, synth_cfg)
+        except ValueError as exc:  # the workload's own checks name their `workload.` key
+            raise SpecError(str(exc)) from exc
+    return _TRACE_MEMO[key]
+
+
+def _check_shape(tr: Trace, model) -> Trace:
+    """A routing trace recorded for another model is an input error, not a failed run."""
+    want = {"num_moe_layers": model.num_moe_layers, "num_experts": model.num_experts,
+            "top_k": model.top_k, "moe_layer_stacks": list(model.moe_layer_stacks)}
+    for key, value in want.items():
+        got = tr.meta.get(key)
+        if (list(got) if key == "moe_layer_stacks" else got) != value:
+            raise TraceError(f"{tr.source}: field 'meta.{key}' is {got!r}; model "
+                             f"{model.name} needs {value!r}")
+    return tr
+
+
+def _trace_info(tr: Trace | None, system: System | None = None) -> dict | None:
+    if tr is None:
+        return None
+    missing = tr.missing_fields()
+    info = {"sha256": tr.content_sha256(), "source": tr.source, "synthetic": tr.synthetic,
+            "routing_source": tr.routing_source, "num_requests": tr.num_requests,
+            "prompt_len_mean": float(np.mean(tr.prompt_len)),
+            "output_len_mean": float(np.mean(tr.output_len)), "missing_fields": missing}
+    for key in ("arrivals", "prompts", "lengths_from", "tokenizer", "tokenizer_info", "embedder"):
+        if key in tr.meta:  # workload provenance (workloads/requests.py)
+            info[key] = tr.meta[key]
+    if system is not None:
+        info["missing_fields_used_by_system"] = [f for f in system.uses_fields if f in missing]
+    return info
+
+
+def _engine(model, hw, trace, system, plan, max_batch: int, progress: bool) -> Engine:
+    """Build the engine, which binds the system: a knob out of range for this model or budget
+    is an input error (exit 2, nothing written), not a failed run."""
+    try:
+        return Engine(model, SimBackend(model, hw), trace, system, plan.expert_cache_bytes,
+                      max_batch, progress=progress)
+    except KnobError as exc:
+        raise SpecError(f"system.{exc}") from exc
+
+
+def _oom_reason(model, hw, plan, system) -> str | None:
+    if plan.available_bytes <= 0:
+        return f"dense weights, KV cache and reserve need more than {hw.gpu_mem_gb} GiB"
+    if plan.expert_cache_bytes < model.expert_bytes:
+        return (f"the {plan.expert_cache_bytes / 2**30:.3f} GiB left for experts holds no "
+                f"expert ({model.expert_bytes} bytes each)")
+    if system.needs_all_experts and plan.expert_cache_bytes < model.total_expert_bytes:
+        return (f"all experts need {model.total_expert_bytes / 2**30:.2f} GiB; the GPU leaves "
+                f"{plan.expert_cache_bytes / 2**30:.2f} GiB for them")
+    return None
+
+
+def run_config(cfg: dict) -> dict:
+    """Run one configuration; writes results/<experiment>/<run>/ and returns result.json.
+
+    Every input is checked before the run folder's lock is taken, so a bad input exits with
+    SpecError / TraceError and leaves the results folder as it was."""
+    t_wall = time.perf_counter()
+    run_dir = check_run_config(cfg)
+    model = model_spec_from_dict(cfg["model"], "model")
+    hw = hardware_spec_from_dict(cfg["hardware"], "hardware")
+    system = build_target(cfg["system"], "system", System)
+    max_batch = cfg["max_batch"]
+    trace = _check_shape(load_routing(cfg, model, "measure"), model)
+    max_ctx = int(np.max(trace.prompt_len.astype(np.int64) + trace.output_len))
+    plan = plan_memory(model, hw, max_ctx, max_batch, cfg.get("expert_cache_gb"))
+    code, config_sha = code_version(), config_hash(cfg)
+    result = {
+        "schema_version": RESULT_SCHEMA_VERSION, "run_id": run_id(config_sha, code),
+        "experiment": cfg.get("experiment_name"), "run_name": cfg.get("run_name"),
+        "config": cfg, "config_sha256": config_sha, "git": code,
+        "environment": environment(), "seed": cfg["seed"],
+        "backend": "sim", "simulated": True,
+        "model": model.summary(), "hardware": hw.name, "system": system.describe(),
+        "memory": plan.as_dict(), "status": "valid", "reason": None, "metrics": None,
+    }
+    tables, warmup_s, run_s, engine, calib = None, 0.0, 0.0, None, None
+    t_engine = time.perf_counter()
+    oom = _oom_reason(model, hw, plan, system)
+    if oom:
+        result["status"], result["reason"] = "oom", oom
+    else:
+        if type(system).warmup is not System.warmup:
+            calib = _check_shape(
+                load_routing(cfg, model, "calibration", cfg["calibration_requests"]), model)
+        engine = _engine(model, hw, trace, system, plan, max_batch, cfg["progress"])
+    with RunLock(run_dir):
+        if engine is not None:
+            try:
+                if calib is not None:
+                    t_warm = time.perf_counter()
+                    system.warmup(calib)
+                    warmup_s = time.perf_counter() - t_warm
+                t_run = time.perf_counter()
+                rec = engine.run()
+                run_s = time.perf_counter() - t_run
+            except (EngineError, ValueError) as exc:
+                result["status"], result["reason"] = "failed", f"{type(exc).__name__}: {exc}"
+            else:
+                tables = rec.tables()
+                result["metrics"] = summarize(tables, trace.arrival_ms, model.expert_bytes,
+                                              float(cfg["slo_ttft_ms"]),
+                                              float(cfg["slo_tpot_ms"]))
+                result["metrics"]["peak_expert_cache_bytes"] = int(rec.peak_cache_bytes)
+                result["metrics"]["spec_recall"] = (  # null unless the system reads guesses
+                    spec_recall(trace) if "spec_topk" in system.uses_fields else None)
+                # Diagnostics that are not per-access facts (not in the parquet files).
+                result["engine"] = {"prefetches_dropped": int(rec.prefetch_dropped)}
+                result["system"] = system.describe()
+        result["trace"] = _trace_info(trace, system)
+        result["calibration_trace"] = _trace_info(calib)
+        n_acc = result["metrics"]["accesses"] if result["metrics"] else 0
+        result["timing"] = {
+            "created_utc": datetime.now(UTC).isoformat(timespec="seconds"),
+            "wall_s": time.perf_counter() - t_wall, "engine_s": time.perf_counter() - t_engine,
+            "warmup_s": warmup_s, "engine_run_s": run_s,
+            "accesses_per_s": n_acc / run_s if run_s > 0 else None,
+            "policy_s": engine.policy_s if tables is not None else None,
+        }
+        write_run(run_dir, result, tables, trace.request_ids)
+    result["_run_dir"] = str(run_dir)
+    return result

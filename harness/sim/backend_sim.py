@@ -1,0 +1,54 @@
+"""SimBackend: the hardware cost model behind the engine's virtual clock.
+
+Durations in ms, from the specs only (never measured wall time):
+  dense layer  = max(bytes / HBM, FLOPs / peak) + layer overhead, where bytes are the
+                 layer's resident weights plus the KV entries its attention reads, and FLOPs
+                 are 2 * params * tokens + 4 * (query, key) pairs * hidden for attention;
+  expert call  = max(expert bytes / HBM, 2 * tokens * expert params / peak) + call overhead;
+  copy         = per-copy latency + bytes / host-to-device bandwidth;
+  iteration    = LM head (bytes / HBM vs FLOPs / peak) + per-iteration framework overhead.
+"""
+
+from __future__ import annotations
+
+from core.specs import HardwareSpec, LayerSpec, ModelSpec
+
+
+class SimBackend:
+    name = "sim"
+
+    def __init__(self, model: ModelSpec, hw: HardwareSpec):
+        self.model, self.hw = model, hw
+        self._hbm_bytes_per_ms = hw.hbm_gbps * 1e6
+        self._flops_per_ms = hw.peak_tflops * 1e9
+        self._link_bytes_per_ms = hw.h2d_gbps * 1e6
+        self._dense_bytes_per_param = model.dense_bits / 8
+        self._kv_bytes_per_token_layer = model.kv_elems_per_token_per_layer * model.dense_bits / 8
+        self._expert_mem_ms = model.expert_bytes / self._hbm_bytes_per_ms
+        self._expert_flops_per_token = 2.0 * model.expert_params
+        self._expert_overhead_ms = hw.expert_overhead_us / 1e3
+        self._layer_overhead_ms = hw.layer_overhead_us / 1e3
+        self.copy_latency_ms = hw.h2d_latency_us / 1e3
+        self.expert_copy_ms = self.transfer_ms(model.expert_bytes)
+
+    def transfer_ms(self, nbytes: int) -> float:
+        return self.copy_latency_ms + nbytes / self._link_bytes_per_ms
+
+    def dense_ms(self, layer: LayerSpec, n_tokens: int, kv_tokens: int, attn_pairs: int) -> float:
+        """One layer's resident part for n_tokens new tokens reading kv_tokens cached entries."""
+        nbytes = (layer.dense_params * self._dense_bytes_per_param
+                  + kv_tokens * self._kv_bytes_per_token_layer)
+        flops = 2.0 * layer.dense_params * n_tokens + 4.0 * attn_pairs * self.model.hidden_size
+        return max(nbytes / self._hbm_bytes_per_ms, flops / self._flops_per_ms) + (
+            self._layer_overhead_ms)
+
+    def expert_ms(self, n_tokens: int) -> float:
+        flops_ms = self._expert_flops_per_token * n_tokens / self._flops_per_ms
+        return max(self._expert_mem_ms, flops_ms) + self._expert_overhead_ms
+
+    def iteration_ms(self, n_sequences: int) -> float:
+        """LM head over the last token of each sequence plus per-step framework overhead."""
+        m = self.model
+        head_ms = max(m.lm_head_bytes / self._hbm_bytes_per_ms,
+                      2.0 * m.vocab_size * m.hidden_size * n_sequences / self._flops_per_ms)
+        return head_ms + self.hw.iteration_overhead_us / 1e3
