@@ -54,8 +54,10 @@ class System:
         return None
 
     def choose_victim(self, candidates, incoming: int, demand: bool, now_ms: float) -> int | None:
-        """Asked before every load. Return an evictable key from `candidates` to make room, or
-        None to use a free slot (or, for a prefetch, to decline it when the cache is full)."""
+        """Asked before every load; a pure query (it must not change the system's state: the
+        engine may ask and then not load). Return an evictable key from `candidates` to make
+        room, or None to use a free slot (or, for a prefetch, to decline it when the cache is
+        full). The engine reports the eviction it then makes through on_evict."""
         if not candidates.full:
             return None
         for key in candidates:
@@ -65,8 +67,8 @@ class System:
     def on_load(self, key: int, demand: bool, now_ms: float) -> None:
         """A copy of `key` was committed (after choose_victim); not called for preloads."""
 
-    def on_expert_done(self, key: int, now_ms: float) -> None:
-        """An expert finished running. Called only if a system overrides it (hot path)."""
+    def on_evict(self, key: int, now_ms: float) -> None:
+        """`key` left the cache to make room for a load (the victim choose_victim named)."""
 
     def on_step_end(self, iteration: IterationInfo, now_ms: float) -> None:
         pass

@@ -59,8 +59,8 @@ class Engine:
         self.policy_s = 0.0
         # system.prefetch=false: propose_prefetch is never asked, the queue stays empty
         self._asks = bool(system.prefetch)
-        self._wants_done = type(system).on_expert_done is not System.on_expert_done
         self._wants_load = type(system).on_load is not System.on_load
+        self._wants_evict = type(system).on_evict is not System.on_evict
         self._expert_ms_memo: dict[int, float] = {}  # tokens -> expert call ms
         # Real backends move weights; the simulator has no such hooks (None: no call).
         self._load_fn = getattr(backend, "load_expert", None)
@@ -98,6 +98,10 @@ class Engine:
             self.rec.evicted(self.cache.evict(victim, issue), issue)
             if self._evict_fn is not None:
                 self._evict_fn(victim)
+            if self._wants_evict:
+                t0 = time.perf_counter()
+                self.system.on_evict(victim, issue)
+                self.policy_s += time.perf_counter() - t0
         ready = start + self.copy_ms
         self.cache.reserve(key, ready, self.rec.transfer(key, kind, proposed, issue, start, ready))
         if self._load_fn is not None:
@@ -310,8 +314,7 @@ class Engine:
                     late = []
                 late.append((t, e, c))
         run = self._exec
-        if (missing is None and late is None and not self.queue and not self._wants_done
-                and run is None):
+        if missing is None and late is None and not self.queue and run is None:
             # Every expert is ready and nothing can be copied meanwhile: run back to back.
             now = self._run_ready(experts, counts, base, owner, members[0][0], now)
             self.rec.block(info.index, layer)
@@ -337,7 +340,6 @@ class Engine:
         acc, first_use = rec._acc, rec.tr_first_use
         transfer_of = cache.transfer_of
         memo = self._expert_ms_memo
-        done_hook = self.system.on_expert_done if self._wants_done else None
         first_owner = members[0][0]
         # One access per expert, run one at a time on the compute stream.
         i, n = 0, len(order)
@@ -371,8 +373,6 @@ class Engine:
             if queue:
                 self._advance(now)
             in_use.discard(key)
-            if done_hook is not None:
-                done_hook(key, now)
             if deferred:
                 self._retry(deferred, order, base, now)
                 n = len(order)

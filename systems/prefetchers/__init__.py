@@ -1,0 +1,1 @@
+"""Prefetch policies (the zoo): one file each, every one a Prefetcher (base.py)."""
