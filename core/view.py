@@ -52,48 +52,99 @@ class IterationInfo:
     start_ms: float
 
 
+class RoutingError(LookupError):
+    """A read of routing that is not the running layer's: a later iteration or layer (the
+    future), an earlier one (no longer revealed), or a request not in the iteration."""
+
+
+class RoutingView:
+    """The engine's window onto the trace's routing: only the running iteration's blocks of
+    the current MoE layer are readable, and `reveal` (the engine's call) moves it forward.
+
+    Every read names its (iteration, layer) and raises RoutingError unless that is "now";
+    a LayerRouting kept past its layer raises too. Systems never get the trace this way.
+    """
+
+    __slots__ = ("_index", "_trace", "_now", "_blocks")
+
+    def __init__(self, index):
+        self._index, self._trace = index, index.trace  # core.blocks.BlockIndex over the trace
+        self._now: tuple[int, int] | None = None  # (iteration index, MoE layer) revealed
+        self._blocks: dict[int, int] = {}  # request index -> block id, the running layer
+
+    def reveal(self, iteration: IterationInfo, layer: int, experts: list[int],
+               counts: list[int], blocks: dict[int, int]) -> LayerRouting:
+        """Engine: the routing of `layer` in `iteration` is now known; `blocks` maps each
+        member request to its block of this layer."""
+        self._now, self._blocks = (iteration.index, layer), blocks
+        return LayerRouting(iteration, layer, experts, counts, self)
+
+    def _check(self, iteration: int, layer: int) -> dict[int, int]:
+        now = self._now
+        if (iteration, layer) == now:
+            return self._blocks
+        when = "before anything was revealed" if now is None else (
+            f"past now (iteration {now[0]}, layer {now[1]})" if (iteration, layer) > now
+            else f"no longer revealed (now: iteration {now[0]}, layer {now[1]})")
+        raise RoutingError(f"routing of iteration {iteration}, layer {layer} is {when}")
+
+    def block_of(self, iteration: int, layer: int, request: int) -> int:
+        blocks = self._check(iteration, layer)
+        if request not in blocks:
+            raise RoutingError(f"request {request} is not in iteration {iteration}")
+        return blocks[request]
+
+    def rows(self, field: str, iteration: int, layer: int, request: int) -> np.ndarray | None:
+        """Rows [n_tokens, ...] of trace field `field` ("topk", "weights", "spec_topk") for one
+        request at (iteration, layer); None when the trace has no such field."""
+        if field not in ("topk", "weights", "spec_topk"):
+            raise RoutingError(f"field must be topk, weights or spec_topk, got {field!r}")
+        b = self.block_of(iteration, layer, request)
+        arr, off = getattr(self._trace, field), self._trace.block_offsets
+        return None if arr is None else arr[off[b]:off[b + 1]]
+
+    def per_request(self, iteration: int, layer: int) -> dict[int, np.ndarray]:
+        t = self._trace
+        off, topk = t.block_offsets, t.topk
+        return {r: topk[off[b]:off[b + 1]] for r, b in self._check(iteration, layer).items()}
+
+    def probs(self, iteration: int, layer: int, request: int) -> np.ndarray | None:
+        b = self.block_of(iteration, layer, request)
+        p = self._trace.probs
+        return None if p is None else p[b]
+
+    def spec_votes(self, iteration: int, layer: int) -> tuple[list[int], list[int]] | None:
+        return self._index.spec_union(self._check(iteration, layer))
+
+
 class LayerRouting:
     """Routing of one MoE layer in one iteration, revealed after the layer's router ran.
 
     `experts` / `counts`: the union over the iteration's tokens (ascending ids) and the tokens
-    routed to each. The accessors read only this layer of this iteration; systems must not
-    touch the underscored attributes (they index the whole trace).
+    routed to each. The accessors read through the engine's RoutingView, so they return only
+    this layer of this iteration and only while it runs (RoutingError afterwards).
     """
 
-    __slots__ = ("iteration", "layer", "experts", "counts", "_index", "_blocks")
+    __slots__ = ("iteration", "layer", "experts", "counts", "_view")
 
     def __init__(self, iteration: IterationInfo, layer: int, experts: list[int],
-                 counts: list[int], index, blocks: dict[int, int]):
+                 counts: list[int], view: RoutingView):
         self.iteration, self.layer = iteration, layer
         self.experts, self.counts = experts, counts
-        self._index, self._blocks = index, blocks  # request index -> block id in the trace
+        self._view = view
 
     def per_request(self) -> dict[int, np.ndarray]:
         """Top-k ids per request: {request index: [n_tokens, k]}."""
-        t = self._index.trace
-        off = t.block_offsets
-        return {r: t.topk[off[b]:off[b + 1]] for r, b in self._blocks.items()}
+        return self._view.per_request(self.iteration.index, self.layer)
 
     def weights(self, request: int) -> np.ndarray | None:
         """Routing weights [n_tokens, k] (float16) or None when the trace has none."""
-        return self._rows(self._index.trace.weights, request)
-
-    def spec_guess(self, request: int) -> np.ndarray | None:
-        """Guess of the next layer's top-k [n_tokens, k] made from this layer's hidden state;
-        the value num_experts means no guess. None when the trace has no guesses."""
-        return self._rows(self._index.trace.spec_topk, request)
+        return self._view.rows("weights", self.iteration.index, self.layer, request)
 
     def spec_votes(self) -> tuple[list[int], list[int]] | None:
         """Next-layer guesses over the iteration's tokens: (ascending ids, tokens per id)."""
-        return self._index.spec_union(self._blocks)
+        return self._view.spec_votes(self.iteration.index, self.layer)
 
     def probs(self, request: int) -> np.ndarray | None:
         """Step-mean router probabilities over all experts [E] (float16) or None."""
-        p = self._index.trace.probs
-        return None if p is None else p[self._blocks[request]]
-
-    def _rows(self, arr, request):
-        if arr is None:
-            return None
-        b, off = self._blocks[request], self._index.trace.block_offsets
-        return arr[off[b]:off[b + 1]]
+        return self._view.probs(self.iteration.index, self.layer, request)

@@ -22,12 +22,10 @@ from harness.live.record import (  # noqa: E402
     RANDOM_SOURCE,
     REAL_REUSE_LAG1,
     RecordConfig,
-    RoutingTap,
     parse_args,
     record,
-    reuse_lag1,
-    run_request,
 )
+from harness.live.record_routing import RoutingTap, reuse_lag1, run_request  # noqa: E402
 
 FAST = dict(model="tiny:mixtral", num_prompts=2, max_prompt_tokens=12, output_len=3,
             embed=False)

@@ -37,8 +37,13 @@ class Tokenizer:
         """Tokens per text (no special tokens)."""
         if isinstance(texts, str):
             raise TypeError("count() takes a list of texts, not one string")
-        encodings = self._tok.encode_batch(list(texts), add_special_tokens=False)
-        return [len(e.ids) for e in encodings]
+        return [len(ids) for ids in self.ids(texts)]
+
+    def ids(self, texts: Sequence[str]) -> list[list[int]]:
+        """Token ids per text (no special tokens)."""
+        if isinstance(texts, str):
+            raise TypeError("ids() takes a list of texts, not one string")
+        return [e.ids for e in self._tok.encode_batch(list(texts), add_special_tokens=False)]
 
     def truncate(self, text: str, max_tokens: int) -> str:
         """The longest prefix of `text` that holds at most max_tokens tokens."""

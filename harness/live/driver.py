@@ -4,7 +4,9 @@
 router hooks and returns the greedy tokens, logits and a trace of that generation's routing.
 `run_live(...)` offloads the model's routed experts to a TorchBackend and replays the same
 requests through the engine: the engine's scheduler decides the iterations, `Driver` runs
-one forward per iteration, and the model's MoE blocks call the engine's shared layer step.
+one forward per iteration, and the model's MoE blocks call the engine's shared layer step,
+which runs each expert through the driver's LiveExecutor (the simulator's SimExecutor
+interface, harness/sim/executor.py).
 Systems therefore see exactly the LayerRouting of a replay of that trace; the live router
 output is checked against it at every layer. With `replay=True` the routers' choices are
 replaced by the trace's (realistic routing on random weights: outputs are meaningless).
@@ -24,6 +26,7 @@ from harness.live.backend_torch import TorchBackend
 from harness.live.hf_arch import arch_of, moe_blocks
 from harness.live.hf_offload import LiveLayer, offload
 from harness.sim.engine import Engine
+from harness.sim.executor import Executor
 
 
 @dataclass(frozen=True)
@@ -88,11 +91,33 @@ def _steps(events, L: int, k: int, output_len: int) -> list[list[np.ndarray]]:
     return [[s.get(layer, empty) for layer in range(L)] for s in steps]
 
 
+class LiveExecutor(Executor):
+    """Runs each expert for real: the MoE block now running hands over its callback
+    `run(expert, ready_estimate_ms) -> (wait_ms, end_ms)` (harness/live/hf_offload.py) via
+    `bind_layer`; the backend waits for the expert's copy (wait_ms, the access's stall), runs
+    it and reads its clock (end_ms)."""
+
+    def __init__(self):
+        self._layer_run = None
+
+    def bind_layer(self, run) -> None:
+        """The running MoE block's expert callback; None once the layer is done."""
+        self._layer_run = run
+
+    def run(self, expert: int, count: int, ready_ms: float, now_ms: float):
+        if self._layer_run is None:
+            raise RuntimeError(f"expert {expert} run outside a live MoE layer")
+        wait_ms, end_ms = self._layer_run(expert, ready_ms if ready_ms > now_ms else now_ms)
+        return now_ms + wait_ms, end_ms
+
+
 class Driver:
-    """Runs one forward per engine iteration, keeping each request's KV cache."""
+    """Runs one forward per engine iteration, keeping each request's KV cache; its executor
+    runs the experts of each MoE layer."""
 
     def __init__(self, model, prompts: list[list[int]]):
         self.model, self.prompts = model, prompts
+        self.executor = LiveExecutor()
         self.enc_dec = arch_of(model).encoder_decoder
         self.state: dict[int, dict] = {}
         self.tokens: dict[int, list[int]] = {}

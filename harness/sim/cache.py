@@ -1,9 +1,10 @@
-"""ExpertCache: mechanism only (byte budget, residency, in-flight copies, pinning). No policy.
+"""ExpertCache: mechanism only (byte budget, residency, in-flight copies, in-use keys). No policy.
 
 An expert is identified by an int key = moe_layer * num_experts + expert_id, so ascending
 keys order by (layer, expert id) and ties break by the lowest id. A copy reserves its slot
 when it is issued; the slot holds the key until it is evicted. A key is *ready* once its
 copy has finished (ready_ms <= now); before that it is *in flight* and cannot be evicted.
+Keys the running layer still needs (`in_use`, owned by the engine) cannot be evicted either.
 """
 
 from __future__ import annotations
@@ -22,7 +23,6 @@ class ExpertCache:
         self.capacity_slots = self.capacity_bytes // self.expert_bytes
         self.ready_ms: dict[int, float] = {}  # key -> time its copy finishes (resident/in flight)
         self.transfer_of: dict[int, int] = {}  # key -> id of the copy that brought it in
-        self.pinned: dict[int, int] = {}  # key -> pin count (long-lived pins)
         self.in_use: set[int] = set()  # keys the running layer still needs (engine-owned)
         self.peak_slots = 0
 
@@ -46,8 +46,7 @@ class ExpertCache:
 
     def evictable(self, key: int, now_ms: float) -> bool:
         t = self.ready_ms.get(key)
-        return (t is not None and t <= now_ms and key not in self.in_use
-                and key not in self.pinned)
+        return t is not None and t <= now_ms and key not in self.in_use
 
     def candidates(self, now_ms: float) -> Candidates:
         return Candidates(self, now_ms)
@@ -64,27 +63,13 @@ class ExpertCache:
             self.peak_slots = len(self.ready_ms)
 
     def evict(self, key: int, now_ms: float) -> int:
-        """Remove a ready, unpinned key; returns the id of the copy that had loaded it."""
+        """Remove a ready key not in use; returns the id of the copy that had loaded it."""
         if not self.evictable(key, now_ms):
             state = ("absent" if key not in self.ready_ms else
-                     "pinned" if key in self.pinned or key in self.in_use else "in flight")
+                     "in use" if key in self.in_use else "in flight")
             raise CacheError(f"cannot evict expert key {key}: {state}")
         del self.ready_ms[key]
         return self.transfer_of.pop(key)
-
-    def pin(self, key: int) -> None:
-        if key not in self.ready_ms:
-            raise CacheError(f"cannot pin expert key {key}: not resident or in flight")
-        self.pinned[key] = self.pinned.get(key, 0) + 1
-
-    def unpin(self, key: int) -> None:
-        n = self.pinned.get(key, 0)
-        if n <= 0:
-            raise CacheError(f"unpin of expert key {key} that is not pinned")
-        if n == 1:
-            del self.pinned[key]
-        else:
-            self.pinned[key] = n - 1
 
     def check_invariants(self) -> None:
         if len(self.ready_ms) > self.capacity_slots:
@@ -93,9 +78,9 @@ class ExpertCache:
             raise CacheError("used bytes exceed the budget")
         if set(self.ready_ms) != set(self.transfer_of):
             raise CacheError("residency and transfer maps disagree")
-        stray = [k for k in (*self.pinned, *self.in_use) if k not in self.ready_ms]
+        stray = [k for k in self.in_use if k not in self.ready_ms]
         if stray:
-            raise CacheError(f"pinned keys not resident: {stray[:5]}")
+            raise CacheError(f"in-use keys not resident: {stray[:5]}")
 
 
 class Candidates:
@@ -113,16 +98,15 @@ class Candidates:
     def __contains__(self, key: int) -> bool:
         cache = self._cache
         t = cache.ready_ms.get(key)
-        return (t is not None and t <= self._now and key not in cache.in_use
-                and key not in cache.pinned)
+        return t is not None and t <= self._now and key not in cache.in_use
 
     def first_of(self, keys) -> int | None:
         """The first evictable key of `keys` (a policy's priority order), or None."""
         cache, now = self._cache, self._now
-        ready_ms, in_use, pinned = cache.ready_ms, cache.in_use, cache.pinned
+        ready_ms, in_use = cache.ready_ms, cache.in_use
         for key in keys:
             t = ready_ms.get(key)
-            if t is not None and t <= now and key not in in_use and key not in pinned:
+            if t is not None and t <= now and key not in in_use:
                 return key
         return None
 

@@ -1,5 +1,10 @@
 """Recorder: flat lists the engine appends to on its hot path; turned into tables at the end.
 
+Hot path API: `add_access(row)` appends one access, a tuple of ACC_COLS values (expert,
+class, transfer id, need ms, start ms, owner request); it is the buffer's own bound
+`extend`, so an access costs no Python-level call. A copy's first use (the first access
+it served) is derived from the access rows in `tables()`, not tracked per access.
+
 Tables (docs/metrics.md): accesses (one row per (iteration, layer, expert) in the union of
 the iteration's tokens), transfers (one row per host-to-device copy), tokens (one row per
 generated token, with its iteration's start and end).
@@ -21,9 +26,9 @@ class Recorder:
     def __init__(self, expert_bytes: int):
         self.expert_bytes = expert_bytes
         self._acc: list = []  # flat, ACC_COLS values per access
+        self.add_access = self._acc.extend  # one access: a tuple of ACC_COLS values
         self._blocks: list = []  # iteration, layer, end access index
         self._tr: list = []
-        self.tr_first_use: list[int] = []  # first access index served by the copy, -1 unused
         self.tr_evict_ms: list[float] = []
         self._iters: list = []  # index, kind, start ms, end ms
         self._members: list = []  # iteration, request, step
@@ -31,8 +36,6 @@ class Recorder:
         self.peak_cache_bytes = 0
 
     # ---- hot path ---------------------------------------------------------------------------
-    # Access rows (ACC_COLS values each, and the copy's first use in tr_first_use) are appended
-    # by the engine's inner loop directly, without a method call per access.
     def block(self, iteration: int, layer: int) -> None:
         """Close the current (iteration, layer): its accesses are the rows appended since."""
         self._blocks.extend((iteration, layer, len(self._acc) // ACC_COLS))
@@ -40,9 +43,8 @@ class Recorder:
     def transfer(self, key: int, kind: int, proposed: float, issue: float, start: float,
                  ready: float) -> int:
         self._tr.extend((key, kind, proposed, issue, start, ready))
-        self.tr_first_use.append(-1)
         self.tr_evict_ms.append(float("nan"))
-        return len(self.tr_first_use) - 1
+        return len(self.tr_evict_ms) - 1
 
     def evicted(self, tid: int, t: float) -> None:
         self.tr_evict_ms[tid] = t
@@ -64,9 +66,12 @@ class Recorder:
         n_acc = len(acc)
         counts = np.diff(np.concatenate([[0], blocks[:, 2]])) if len(blocks) else np.zeros(0)
         tr = np.array(self._tr, dtype=np.float64).reshape(-1, _TR_COLS)
-        first_use = np.array(self.tr_first_use, dtype=np.int64)
         tid = acc[:, 2].astype(np.int64)
         idx = np.arange(n_acc)
+        # First access each copy served (-1: never used): the least access index per copy.
+        first_use = np.full(len(tr), n_acc, dtype=np.int64)
+        np.minimum.at(first_use, tid, idx)
+        first_use[first_use == n_acc] = -1
         used_first = (first_use[tid] == idx) if n_acc else np.zeros(0, bool)
         kind = tr[tid, 1].astype(np.int8) if n_acc else np.zeros(0, np.int8)
         accesses = {

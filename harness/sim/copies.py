@@ -1,0 +1,130 @@
+"""The copy engine: one host-to-device link, the prefetch queue, loads and preloads.
+
+Demand fetches go ahead of queued prefetches; an in-flight copy is never preempted; a copy
+reserves its slot when it is issued (docs/engine.md). Before every load the system names a
+victim (`choose_victim`, a pure query); the engine evicts it and then tells the system
+(`on_evict`), and after the copy is committed `on_load`. A backend that moves real weights
+has `load_expert(key, kind)` / `evict_expert(key)`; the simulator has neither.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+
+from harness.sim.cache import CacheError
+from harness.sim.recorder import DEMAND, PREFETCH, PRELOAD
+from systems.base import System
+
+
+class EngineError(RuntimeError):
+    """The run cannot proceed (e.g. a system refuses every victim while the cache is full)."""
+
+
+class CopyEngine:
+    def __init__(self, system: System, cache, rec, backend, n_keys: int):
+        self.system, self.cache, self.rec, self.n_keys = system, cache, rec, n_keys
+        self.queue: deque[tuple[int, float]] = deque()  # (key, proposed_ms) prefetches
+        self.copy_free_ms = 0.0
+        self.copy_ms = backend.expert_copy_ms
+        self.policy_s = 0.0  # wall time inside the system's hooks called from here
+        # system.prefetch=false: propose_prefetch is never asked, the queue stays empty
+        self.asks = bool(system.prefetch)
+        self._wants_load = type(system).on_load is not System.on_load
+        self._wants_evict = type(system).on_evict is not System.on_evict
+        # Real backends move weights; the simulator has no such hooks (None: no call).
+        self._load_fn = getattr(backend, "load_expert", None)
+        self._evict_fn = getattr(backend, "evict_expert", None)
+
+    def load(self, key: int, kind: int, proposed: float, issue: float, start: float) -> bool:
+        """Ask the system for a victim, evict it, reserve the slot, commit the copy.
+        False: no victim while the cache is full (nothing changed)."""
+        t0 = time.perf_counter()
+        victim = self.system.choose_victim(self.cache.candidates(issue), key, kind == DEMAND,
+                                           issue)
+        self.policy_s += time.perf_counter() - t0
+        if victim is None:
+            if self.cache.is_full():
+                return False
+        else:
+            self._evict(victim, key, issue)
+        ready = start + self.copy_ms
+        self.cache.reserve(key, ready, self.rec.transfer(key, kind, proposed, issue, start, ready))
+        if self._load_fn is not None:
+            self._load_fn(key, kind)
+        self.copy_free_ms = ready
+        if self._wants_load:
+            t0 = time.perf_counter()
+            self.system.on_load(key, kind == DEMAND, issue)
+            self.policy_s += time.perf_counter() - t0
+        return True
+
+    def _evict(self, victim: int, incoming: int, now: float) -> None:
+        try:
+            tid = self.cache.evict(victim, now)
+        except CacheError as exc:
+            raise EngineError(f"system {self.system.name} chose victim {victim} for {incoming}, "
+                              f"which is not evictable ({exc})") from None
+        self.rec.evicted(tid, now)
+        if self._evict_fn is not None:
+            self._evict_fn(victim)
+        if self._wants_evict:
+            t0 = time.perf_counter()
+            self.system.on_evict(victim, now)
+            self.policy_s += time.perf_counter() - t0
+
+    def demand(self, key: int, now: float) -> bool:
+        """A demand fetch issued at `now`, starting when the link is free."""
+        start = self.copy_free_ms if self.copy_free_ms > now else now
+        return self.load(key, DEMAND, now, now, start)
+
+    def advance(self, t: float) -> None:
+        """Start queued prefetches whose start time is <= t, in queue order."""
+        q, ready_ms = self.queue, self.cache.ready_ms
+        while q:
+            key, proposed = q[0]
+            start = self.copy_free_ms if self.copy_free_ms > proposed else proposed
+            if start > t:
+                return
+            q.popleft()
+            if key in ready_ms:
+                continue
+            if not self.load(key, PREFETCH, proposed, start, start):
+                self.rec.prefetch_dropped += 1
+
+    def ask(self, now: float) -> None:
+        """Take the system's prefetch proposal (unless prefetch is off): a list replaces the
+        queued, not-started prefetches (keys already resident or in flight are skipped);
+        None keeps the queue."""
+        if not self.asks:
+            return
+        t0 = time.perf_counter()
+        proposal = self.system.propose_prefetch(now)
+        self.policy_s += time.perf_counter() - t0
+        if proposal is not None:
+            self.set_queue(proposal, now)
+
+    def set_queue(self, proposal, now: float) -> None:
+        """Replace the queued prefetches by `proposal` (a list of keys), stamped `now`."""
+        if proposal and (min(proposal) < 0 or max(proposal) >= self.n_keys):
+            bad = [k for k in proposal if not 0 <= k < self.n_keys][:5]
+            raise EngineError(f"system {self.system.name} proposed invalid expert keys "
+                              f"{bad} (valid: 0..{self.n_keys - 1})")
+        ready_ms = self.cache.ready_ms
+        self.queue = deque([(k, now) for k in proposal if k not in ready_ms])
+
+    def preload(self, keys) -> float:
+        """Timed copies back to back from 0 (docs/engine.md, "Preloads"); the last ready ms."""
+        keys = list(dict.fromkeys(int(k) for k in keys))
+        if len(keys) > self.cache.capacity_slots:
+            raise EngineError(f"system {self.system.name} preloads {len(keys)} experts; the "
+                              f"cache holds {self.cache.capacity_slots}")
+        for key in keys:
+            if not 0 <= key < self.n_keys:
+                raise EngineError(f"system {self.system.name} preloads invalid key {key}")
+            t = self.copy_free_ms
+            self.copy_free_ms = ready = t + self.copy_ms
+            self.cache.reserve(key, ready, self.rec.transfer(key, PRELOAD, 0.0, t, t, ready))
+            if self._load_fn is not None:
+                self._load_fn(key, PRELOAD)
+        return self.copy_free_ms
