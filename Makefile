@@ -15,7 +15,7 @@ TEST_STAMP := $(VENV)/.installed-test
 TORCH_PIP ?= torch==2.13.0
 PIP := $(PY) -m pip install --quiet --disable-pip-version-check
 
-.PHONY: reproduce-table1 audit-prefetch test lint bench-sim bench-policies bench-behaviour \
+.PHONY: reproduce-table1 reproduce-zoo audit-prefetch test lint bench-sim bench-policies bench-behaviour \
 	bench-backend clean-results
 
 $(STAMP): pyproject.toml
@@ -35,8 +35,17 @@ $(TEST_STAMP): $(STAMP)
 # ROUTING=<trace v1 file> replays an imported or recorded trace instead of synthetic routing.
 reproduce-table1: $(STAMP)
 	rm -rf results/table1
-	$(MOEBENCH) -m experiment=table1 'system=glob(*)' $(if $(ROUTING),routing=$(abspath $(ROUTING)))
+	$(MOEBENCH) -m experiment=table1 'system=glob(*,exclude=[composed,belady,belady_bypass,belady_lookahead])' $(if $(ROUTING),routing=$(abspath $(ROUTING)))
 	$(MOEBENCH) table1 results/table1
+
+# Every evictor x every prefetcher of the composed system at the Table 1 setting (simulated,
+# synthetic routing): results/zoo/zoo.{md,csv}. REQUESTS=29 for a quick look (also the
+# calibration split's size).
+reproduce-zoo: $(STAMP)
+	rm -rf results/zoo
+	$(MOEBENCH) -m experiment=table1 experiment_name=zoo system=composed 'system/evictor=glob(*)' \
+		'system/prefetcher=glob(*)' $(if $(REQUESTS),workload.num_requests=$(REQUESTS) calibration_requests=$(REQUESTS))
+	$(MOEBENCH) zoo results/zoo
 
 # Every system with and without prefetch: synthetic routing (seeds 0-2) and the shared real
 # sample when present (simulated; results/audit_prefetch/audit.md). REQUESTS=60 for a quick look.

@@ -18,8 +18,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from analysis.runs import ReportError, collect
-from core.atomic import write_text
+from analysis.runs import ReportError, collect, publish
 from core.shared_data import shared_file
 from harness.runner.config import compose_config, system_names
 from harness.runner.results import config_hash
@@ -164,7 +163,5 @@ def main(argv: list[str]) -> int:
         print("audit-prefetch: the shared real sample is absent (MOEBENCH_SHARED_DATA); "
               "synthetic only", file=sys.stderr)
     md, text = render(sections)
-    write_text(out / "audit.md", md)
-    write_text(out / "audit.csv", text)
-    print(md)
+    publish(out, "audit", md, text)
     return 0

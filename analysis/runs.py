@@ -20,7 +20,7 @@ from pathlib import Path
 
 import yaml
 
-from core.atomic import is_hidden
+from core.atomic import is_hidden, write_text
 from harness.runner.results import NON_SEMANTIC_KEYS
 
 # Axes that change the routing trace: rows with other values of these may have other traces.
@@ -200,3 +200,11 @@ def collect(results_dir: Path, *, axes: list[str] | None = None, allow_mixed: bo
                           f"{' ...' if len(out.missing) > 10 else ''}; finish the sweep or pass "
                           "--allow-partial")
     return out
+
+
+def publish(out_dir: Path, stem: str, md: str, csv_text: str) -> None:
+    """Write <stem>.md and <stem>.csv atomically into `out_dir` and print the markdown."""
+    write_text(Path(out_dir) / f"{stem}.md", md)
+    write_text(Path(out_dir) / f"{stem}.csv", csv_text)
+    print(md)
+    print(f"wrote {Path(out_dir) / f'{stem}.md'} and {Path(out_dir) / f'{stem}.csv'}")

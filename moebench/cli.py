@@ -2,6 +2,8 @@
 
   moebench [hydra overrides]        run (or, with -m, sweep) configurations
   moebench table1 [results dir]     write results/table1/table1.{md,csv} from finished runs
+  moebench zoo [results dir]        write results/zoo/zoo.{md,csv} (evictor x prefetcher)
+  moebench gap [hydra overrides]    a run's loads minus Belady's, by counterfactual replays
   moebench audit-prefetch           every system with and without prefetch (simulated)
   moebench bench-sim                engine throughput and one Table 1 run's wall time
   moebench bench-policies           decision overhead of moe_infinity, fmoe and diff_moe
@@ -82,6 +84,8 @@ def _hydra_main() -> None:
 # Subcommand -> module whose main(argv) -> exit code runs it (imported only when used).
 SUBCOMMANDS = {
     "table1": "analysis.table1",
+    "gap": "analysis.gap",
+    "zoo": "analysis.zoo",
     "audit-prefetch": "analysis.prefetch_audit",
     "characterize": "analysis.routing_report",
     "import-routing": "workloads.importers",

@@ -19,7 +19,8 @@ HISTORY_CAP = 100_000
 class System:
     """Base policy: fetch on demand, no prefetch, evict the lowest evictable key."""
 
-    name = "base"
+    # Every attribute the runner and the engine read (harness/runner/run.py, harness/sim):
+    name = "base"  # the conf/system/<name>.yaml stem; in result.json and tables
     label = ""  # who the system stands for, shown in tables
     oracle = False  # True: receives the full trace (future routing) in bind()
     needs_all_experts = False  # True: the runner writes status "oom" unless every expert fits
@@ -34,6 +35,11 @@ class System:
     def bind(self, ctx: SystemContext) -> None:
         """Called once before the run."""
         self.ctx = ctx
+
+    def needs_calibration(self) -> bool:
+        """True: the runner loads the calibration split and calls warmup() before the run.
+        Default: the class overrides warmup (a composed system asks its parts)."""
+        return type(self).warmup is not System.warmup
 
     def warmup(self, calibration) -> None:
         """History-based systems build their history from a disjoint calibration trace."""

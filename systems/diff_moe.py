@@ -27,7 +27,7 @@ import numpy as np
 from core.blocks import block_expert_counts
 from core.knobs import KnobError, float_knob, int_knob
 from systems.base import System
-from systems.predictor import NextLayerPredictor, check_predictor_knobs
+from systems.predictor import NextLayerPredictor, PredictorRuntime, check_predictor_knobs
 
 MEDIUM, HIGH = 1, 2
 
@@ -77,6 +77,7 @@ class DiffMoE(System):
                     "holdout_fraction": holdout_fraction,
                     "train_prefill_stride": train_prefill_stride, "smoothing": smoothing}
         self.pred: NextLayerPredictor | None = None
+        self.runtime: PredictorRuntime | None = None  # the predictor's run-time side
         self.profiled = False
 
     # ---- setup ------------------------------------------------------------------------------
@@ -104,10 +105,7 @@ class DiffMoE(System):
         self.resident: set[int] = set()  # keys resident or in flight (we pick every victim)
         self.lpc_used: OrderedDict[int, None] = OrderedDict()  # used LPC keys, evict first
         self.lpc_fresh: OrderedDict[int, None] = OrderedDict()  # prefetched, not used yet
-        self.recent: list = [None] * L  # last union per layer: (ids, token shares)
         self.proposal: list[int] | None = None
-        self.prev_requests: tuple[int, ...] = ()
-        self.iteration, self.same_batch = -1, False
 
     def warmup(self, calibration) -> None:
         """Profiling pass over the calibration split: hot experts per layer, predictor."""
@@ -127,6 +125,7 @@ class DiffMoE(System):
                                            c["recency_grid"], c["holdout_fraction"],
                                            c["train_prefill_stride"], c["smoothing"])
             self.pred.fit(calibration, ctx.max_batch)
+            self.runtime = PredictorRuntime(self.pred)
 
     def initial_residents(self):
         if not self.profiled:
@@ -147,11 +146,8 @@ class DiffMoE(System):
 
     # ---- per step ---------------------------------------------------------------------------
     def on_layer_routed(self, routing, now_ms):
-        it = routing.iteration
-        if it.index != self.iteration:  # once per iteration: is this the last batch again?
-            reqs = tuple(r for r, _ in it.members)
-            self.same_batch = it.kind == "decode" and reqs == self.prev_requests
-            self.prev_requests, self.iteration = reqs, it.index
+        if self.runtime is not None:
+            self.runtime.new_step(routing.iteration)
         self.proposal = self.decide(routing.layer, routing.experts, routing.counts)
 
     def decide(self, layer: int, experts: list[int], counts: list[int]) -> list[int]:
@@ -185,17 +181,10 @@ class DiffMoE(System):
                 cands.append(e)
         if cands:
             self._replace(layer, cands, p)
-        pred = self.pred
-        if pred is None:
+        if self.runtime is None:
             return []
-        if pred.beta > 0.0 and layer > 0 and pred.linked[layer - 1]:
-            self.recent[layer] = pred.recency(act, counts)  # read at layer - 1, next step
-        if not pred.linked[layer] or self.cap == 0:
-            return []
-        score = pred.scores(layer, act, counts,
-                            self.recent[layer + 1] if self.same_batch else None)
-        m = min(len(experts), E)
-        top = (-score).argsort(kind="stable")[:m].tolist()  # [m] best first, ties: low id
+        # top-m guesses for layer + 1, m = this step's union size (none without LPC room)
+        top = self.runtime.guess(layer, act, counts, min(len(experts), E) if self.cap else 0)
         nxt, resident = base + E, self.resident
         out = [nxt + e for e in top if nxt + e not in resident]
         return out[:self.cap]  # at most LPC slots - 1: one is never a prefetch in flight
@@ -256,11 +245,12 @@ class DiffMoE(System):
         victim = candidates.first_of(self.lpc_used)
         if victim is None and demand:
             victim = candidates.first_of(self.lpc_fresh)
-        if victim is not None:
-            self.resident.discard(victim)
-            self.lpc_used.pop(victim, None)
-            self.lpc_fresh.pop(victim, None)
         return victim
+
+    def on_evict(self, key, now_ms):
+        self.resident.discard(key)
+        self.lpc_used.pop(key, None)
+        self.lpc_fresh.pop(key, None)
 
     def describe(self):
         out = super().describe()

@@ -310,11 +310,14 @@ class FMoE(System):
                 break
             score[key] = np.inf  # in flight or in use by the running layer
         if not demand and self.margin is not None and not self._admits(incoming, key):
+            # A diagnostic count of the declines answered (describe()); no decision reads it.
             self.stats["admission_declined"] += 1
             return None
+        return key
+
+    def on_evict(self, key, now_ms):
         self.resident[key] = False
         self.vscore[key] = np.inf
-        return key
 
     def on_step_end(self, iteration, now_ms):
         """Predict the next decode step's first d layers for the requests that continue."""

@@ -63,7 +63,7 @@ class LayerOffload(System):
     def choose_victim(self, candidates, incoming, demand, now_ms):
         if not candidates.full:
             return None
-        victim = candidates.first_of(self.fifo)
-        if victim is not None:
-            del self.fifo[victim]
-        return victim
+        return candidates.first_of(self.fifo)
+
+    def on_evict(self, key, now_ms):
+        del self.fifo[key]

@@ -37,7 +37,7 @@ from systems.base import HISTORY_CAP, System
 from systems.eamc import EAMC, request_eams, top_ranked
 
 
-class _Active:
+class RequestState:
     """One running request: its EAM, the query EAM and its dot products with the collection."""
 
     __slots__ = ("eam", "own", "own_var", "mix", "q", "q_keys", "q_iter", "dots", "norm2",
@@ -87,7 +87,7 @@ class MoEInfinity(System):
         super().bind(ctx)
         L, E = ctx.num_layers, ctx.num_experts
         self.eamc = EAMC(self.capacity, L, E)
-        self.active: dict[int, _Active] = {}
+        self.active: dict[int, RequestState] = {}
         self.resident = np.zeros(L * E, dtype=bool)
         self.n_resident = 0
         self.score = np.zeros(L * E)  # predicted reuse per key (max over active requests)
@@ -113,20 +113,26 @@ class MoEInfinity(System):
         self._pred_memo.clear()
         self._prior = None
 
-    # ---- matching -------------------------------------------------------------------------
+    # ---- matching (public: harness/bench/policies.py times observe and match) --------------
+    def request_state(self, iteration_query: bool | None = None) -> RequestState:
+        """A fresh per-request matching state for this collection (None: the system's
+        `iteration_query`); feed it with observe()."""
+        iq = self.iteration_query if iteration_query is None else iteration_query
+        return RequestState(self.ctx.total_experts, self.eamc.capacity, iq)
+
     def _predicted(self, slots: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
         p = self._pred_memo.get(slots)
         if p is None:
             p = self._pred_memo[slots] = self.eamc.predicted(slots)
         return p
 
-    def _refresh(self, st: _Active) -> None:
+    def _refresh(self, st: RequestState) -> None:
         """Recompute dot products after the collection changed."""
         c = self.eamc
         st.dots = st.q @ c.cols  # [capacity]; unused slots give 0
         st.version = c.version
 
-    def _new_iteration(self, st: _Active, iteration: int) -> None:
+    def _new_iteration(self, st: RequestState, iteration: int) -> None:
         """Iteration-level query: start an empty query EAM for the request's next iteration."""
         st.q[st.q_keys] = 0.0
         st.q_keys.clear()
@@ -135,7 +141,7 @@ class MoEInfinity(System):
         st.version = self.eamc.version
         st.q_iter = iteration
 
-    def _observe(self, st: _Active, layer: int, ids: list[int], counts: list[int],
+    def observe(self, st: RequestState, layer: int, ids: list[int], counts: list[int],
                  prefill: bool, iteration: int = -1) -> None:
         """Add one layer's counts (python lists: ids ascending, tokens each) and re-match.
 
@@ -167,9 +173,9 @@ class MoEInfinity(System):
             # cosine over the layers the query has seen: 0..layer, or all once a request-level
             # query decodes (the prefill filled every layer)
             lim = layer if prefill or self.iteration_query else c.L - 1
-            self._match(st, [base + e for e in ids], counts, lim)
+            self.match(st, [base + e for e in ids], counts, lim)
 
-    def _match(self, st: _Active, keys: list[int], counts: list[int], lim: int) -> None:
+    def match(self, st: RequestState, keys: list[int], counts: list[int], lim: int) -> None:
         """The EAMC query, incrementally: add the new counts' dot products with every entry
         (k rows of the layer-major store), then the `match_top` best cosines over layers
         0..lim (ties: lowest slot). Unused slots are all-zero columns with inverse norm 0."""
@@ -257,7 +263,7 @@ class MoEInfinity(System):
 
     # ---- engine hooks ---------------------------------------------------------------------
     def on_request_start(self, request, now_ms):
-        self.active[request.index] = _Active(self.ctx.total_experts, self.eamc.capacity,
+        self.active[request.index] = RequestState(self.ctx.total_experts, self.eamc.capacity,
                                              self.iteration_query)
         self._update_scores()
         self._propose(-1)
@@ -269,12 +275,12 @@ class MoEInfinity(System):
         E = self.ctx.num_experts
         if len(members) == 1:
             st = self.active[members[0][0]]
-            self._observe(st, layer, routing.experts, routing.counts, prefill, it)
+            self.observe(st, layer, routing.experts, routing.counts, prefill, it)
         else:
             for r, rows in routing.per_request().items():
                 counts = np.bincount(rows.ravel(), minlength=E)[:E]
                 ids = np.flatnonzero(counts)
-                self._observe(self.active[r], layer, ids.tolist(), counts[ids].tolist(),
+                self.observe(self.active[r], layer, ids.tolist(), counts[ids].tolist(),
                               prefill, it)
         if self.freq_decay_eviction:
             self.layer_now = layer
@@ -294,11 +300,13 @@ class MoEInfinity(System):
             return None
         if not demand and not self._admits(incoming, victim):
             return None  # declined: not enough more useful than what it would displace
-        self.resident[victim] = False
-        self.n_resident -= 1
-        self.freq[victim] = 0.0
-        self.evicted_it[victim] = self.it_now
         return victim
+
+    def on_evict(self, key, now_ms):
+        self.resident[key] = False
+        self.n_resident -= 1
+        self.freq[key] = 0.0
+        self.evicted_it[key] = self.it_now
 
     def on_load(self, key, demand, now_ms):
         self.resident[key] = True

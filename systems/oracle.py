@@ -15,35 +15,15 @@ from __future__ import annotations
 
 import heapq
 
-from core.blocks import BlockIndex
+from core.access import access_sequence
 from core.knobs import int_knob
-from core.schedule import schedule_is_timing_independent, static_schedule
 from systems.base import System
 
-_NEVER = 1 << 62
 
-
-def access_sequence(trace, max_batch: int) -> tuple[list[int], list[int]]:
-    """Keys in engine order and, per non-empty block, the position of its first access."""
-    index = BlockIndex(trace)
-    L, E = trace.num_layers, trace.num_experts
-    keys, block_starts = [], []
-    for _, members in static_schedule(trace.arrival_ms, trace.output_len, max_batch):
-        for layer in range(L):
-            union, _, _ = index.union({r: index.block(r, s, layer) for r, s in members})
-            if union:
-                block_starts.append(len(keys))
-                keys.extend(layer * E + e for e in union)
-    return keys, block_starts
-
-
-def belady_plan(keys: list[int], capacity: int):
-    """MIN with `capacity` slots. Returns (preload keys, [(pos, key, victim, victim_last_pos)])."""
-    n = len(keys)
-    next_use, seen = [_NEVER] * n, {}
-    for p in range(n - 1, -1, -1):
-        next_use[p] = seen.get(keys[p], _NEVER)
-        seen[keys[p]] = p
+def belady_plan(keys: list[int], next_use: list[int], capacity: int):
+    """MIN with `capacity` slots over `keys` (next_use: core.access.AccessSequence.next_use).
+    Returns (preload keys, [(pos, key, victim, victim_last_pos)]); ties between keys never used
+    again: the lowest key leaves first."""
     resident: dict[int, int] = {}  # key -> its next use
     last: dict[int, int] = {}
     heap: list[tuple[int, int]] = []  # (-next use, key), lazily invalidated
@@ -76,16 +56,12 @@ class Oracle(System):
 
     def bind(self, ctx):
         super().bind(ctx)
-        trace = ctx.trace
-        if not schedule_is_timing_independent(trace.arrival_ms, ctx.max_batch):
-            raise ValueError("oracle needs a schedule that does not depend on timing: "
-                             "max_batch = 1 or every request arriving at the same time")
-        keys, starts = access_sequence(trace, ctx.max_batch)
-        self.preload, self.plan = belady_plan(keys, ctx.capacity_slots)
+        seq = access_sequence(ctx.trace, ctx.max_batch)
+        keys, starts = seq.keys, seq.block_starts
+        self.preload, self.plan = belady_plan(keys, seq.next_use, ctx.capacity_slots)
         block_of = [0] * len(keys)
-        for b, p0 in enumerate(starts):
-            p1 = starts[b + 1] if b + 1 < len(starts) else len(keys)
-            block_of[p0:p1] = [b] * (p1 - p0)
+        for b in range(seq.num_blocks):
+            block_of[starts[b]:starts[b + 1]] = [b] * (starts[b + 1] - starts[b])
         self.victim_last_block = [block_of[v_last] for _, _, _, v_last in self.plan]
         self.next = 0  # next plan entry to issue
         self.block = -1  # current block index
@@ -105,12 +81,18 @@ class Oracle(System):
         return out
 
     def choose_victim(self, candidates, incoming, demand, now_ms):
+        """The plan's next victim when the plan's next load is `incoming` and the victim is
+        evictable; else None (a demand fetch waits until the victim has run)."""
         if self.next < len(self.plan) and self.plan[self.next][1] == incoming:
             victim = self.plan[self.next][2]
             if victim in candidates:
-                self.next += 1
                 return victim
         return None
+
+    def on_evict(self, key, now_ms):
+        # Only the victim choose_victim named is evicted: the plan's next entry is done.
+        if self.next < len(self.plan) and self.plan[self.next][2] == key:
+            self.next += 1
 
     def describe(self):
         out = super().describe()

@@ -185,3 +185,36 @@ class NextLayerPredictor:
         if recent is not None:
             s += recent
         return s
+
+
+class PredictorRuntime:
+    """The run-time side of a fitted predictor, one implementation for diff_moe and the
+    `predictor` prefetcher (systems/prefetchers/predictor.py): the previous iteration's union
+    per layer (the recency term, used only when the same requests decode again) and the
+    top-m guess for the next layer."""
+
+    def __init__(self, pred: NextLayerPredictor):
+        self.pred = pred
+        self.recent: list = [None] * pred.L  # last union per layer: beta * token shares [E]
+        self.prev_requests: tuple[int, ...] = ()
+        self.iteration, self.same_batch = -1, False
+
+    def new_step(self, iteration) -> None:
+        """Once per iteration (IterationInfo): is this the last batch decoding again?"""
+        if iteration.index != self.iteration:
+            reqs = tuple(r for r, _ in iteration.members)
+            self.same_batch = iteration.kind == "decode" and reqs == self.prev_requests
+            self.prev_requests, self.iteration = reqs, iteration.index
+
+    def guess(self, layer: int, act: np.ndarray, counts: list[int], m: int) -> list[int]:
+        """Record this step's union at `layer` (ids `act`, tokens each) for the next iteration;
+        return the m best-scored expert ids of layer + 1, best first, ties by lowest id
+        ([] when layer + 1 is not the same tokens' next layer, or m = 0)."""
+        pred = self.pred
+        if pred.beta > 0.0 and layer > 0 and pred.linked[layer - 1]:
+            self.recent[layer] = pred.recency(act, counts)  # read at layer - 1, next step
+        if not pred.linked[layer] or m <= 0:
+            return []
+        score = pred.scores(layer, act, counts,
+                            self.recent[layer + 1] if self.same_batch else None)
+        return (-score).argsort(kind="stable")[:m].tolist()  # [m] best first, ties: low id

@@ -126,3 +126,22 @@ def set_header(dotted: str, value):
 def set_array(name: str, value):
     """An edit for rewrite_trace: store `value` as the member `name`."""
     return lambda arrays, head: arrays.__setitem__(name, value)
+
+
+def optimal_loads(seq: list[int], slots: int) -> int:
+    """Brute force: the fewest loads over every eviction choice, from an empty cache of
+    `slots` (exponential: for short hand sequences only; shares nothing with the engine)."""
+    states = {frozenset(): 0}
+    for key in seq:
+        nxt: dict[frozenset, int] = {}
+        for cache, cost in states.items():
+            if key in cache:
+                options = [(cache, cost)]
+            elif len(cache) < slots:
+                options = [(cache | {key}, cost + 1)]
+            else:
+                options = [((cache - {v}) | {key}, cost + 1) for v in cache]
+            for state, c in options:
+                nxt[state] = min(c, nxt.get(state, 1 << 30))
+        states = nxt
+    return min(states.values())

@@ -16,10 +16,11 @@ from helpers import FixedBackend, meta_for, random_trace, tiny_model
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from core.targets import build_target
 from core.trace import trace_from_routing
 from core.view import SystemContext
 from harness.runner.config import compose_config
-from harness.runner.run import build_target, run_config
+from harness.runner.run import run_config
 from harness.sim.cache import ExpertCache
 from harness.sim.engine import Engine
 from harness.sim.recorder import PRELOAD
@@ -175,7 +176,10 @@ def test_low_priority_experts_are_the_only_victims():
     assert list(s.lpc_used) == [2] and list(s.lpc_fresh) == [3]
     # full cache: the used low-priority expert goes first, for a prefetch or a demand fetch
     assert s.choose_victim(cache.candidates(1.0), 4, False, 1.0) == 2
+    assert list(s.lpc_used) == [2] and 2 in s.resident  # a pure query
     cache.evict(2, 1.0)
+    s.on_evict(2, 1.0)
+    assert list(s.lpc_used) == [] and 2 not in s.resident
     cache.reserve(4, 1.0, 4)
     s.on_load(4, False, 1.0)
     # only unused prefetches are left in the LPC: a prefetch is declined, a demand takes the

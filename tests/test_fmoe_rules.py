@@ -28,6 +28,7 @@ def _victims(system, keys, demand=True):
     left, order = set(keys), []
     while left:
         key = system.choose_victim(EvictableSet(left), 99, demand, 0.0)
+        system.on_evict(key, 0.0)
         order.append(key)
         left.discard(key)
     return order

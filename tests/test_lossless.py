@@ -16,11 +16,11 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
+from core.targets import build_target  # noqa: E402
 from harness.live.driver import record, run_live  # noqa: E402
 from harness.live.hf_arch import SUPPORTED, tiny_config  # noqa: E402
 from harness.live.hf_offload import OFFLOAD_TYPES, routed_param_count  # noqa: E402
 from harness.runner.config import compose_config, system_names  # noqa: E402
-from harness.runner.run import build_target  # noqa: E402
 from harness.sim.metrics import summarize  # noqa: E402
 from harness.sim.recorder import PRELOAD  # noqa: E402
 from systems.base import System  # noqa: E402

@@ -111,6 +111,8 @@ def test_eviction_takes_the_lowest_predicted_reuse_and_prefetch_never_evicts_bet
         s.on_load(key, True, 0.0)
     # key 11 is in use by the running layer: next lowest are 5 and 10 (.75), ties: lowest key
     assert s.choose_victim(EvictableSet({0, 5, 10}), 4, True, 0.0) == 5
+    assert s.resident[5] and s.n_resident == 4  # a pure query: the eviction comes next
+    s.on_evict(5, 0.0)
     assert not s.resident[5] and s.n_resident == 3
     # a prefetch of key 4 (score .25) must not evict key 10 (score .75)
     assert s.choose_victim(EvictableSet({0, 10}), 4, False, 0.0) is None
@@ -152,6 +154,8 @@ def test_hysteresis_admits_a_prefetch_beyond_the_margin():
     # key 5: gap .25 > .5 * .3307 = .1654: proposed (key 6, gap 0, is not), admitted over key 4
     assert s.propose_prefetch(0.0) == [5]
     assert s.choose_victim(EvictableSet({0, 4, 10, 11}), 5, False, 0.0) == 4
+    assert s.resident[4] and s.n_resident == 4  # a pure query: the eviction comes next
+    s.on_evict(4, 0.0)
     assert not s.resident[4] and s.n_resident == 3
 
 
@@ -295,7 +299,8 @@ def test_refetch_guard_keeps_an_expert_evicted_now_or_one_iteration_ago_out_of_p
         s.on_layer_routed(_Routing(0, [0], [1], iteration=3), 0.0)
         s.on_load(5, True, 0.0)
         s.on_load(0, True, 0.0)
-        assert s.choose_victim(EvictableSet({5}), 1, True, 0.0) == 5  # evicted in iteration 3
+        assert s.choose_victim(EvictableSet({5}), 1, True, 0.0) == 5
+        s.on_evict(5, 0.0)  # evicted in iteration 3
         got = []
         for it in (3, 4, 5):
             s.on_layer_routed(_Routing(0, [0], [1], iteration=it), 0.0)

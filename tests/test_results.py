@@ -18,9 +18,10 @@ import pyarrow.parquet as pq
 import pytest
 
 from core.specs import SpecError, hardware_spec_from_dict, model_spec_from_dict
+from core.targets import build_target
 from core.trace import trace_from_routing, write_trace
 from harness.runner.config import compose_config
-from harness.runner.run import build_target, run_config
+from harness.runner.run import run_config
 from systems.base import System
 
 ROOT = Path(__file__).resolve().parent.parent

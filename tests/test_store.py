@@ -93,6 +93,17 @@ def test_default_names_are_readable_and_end_in_the_config_hash():
     assert len(long) == 200 and long.endswith("~-1a2b3c4d")
 
 
+def test_composed_names_carry_the_part_groups_without_a_slash():
+    """`system/evictor=lfu` is a config-group override with a slash: the name shows it as
+    `evictor=lfu` right after the system, and stays one safe folder name."""
+    sha = "1a2b3c4d" + "0" * 56
+    name = default_run_name(["system=composed", "system/prefetcher=spec_next_layer",
+                             "system/evictor=lfu", "max_batch=4"], "composed", sha)
+    assert name == "composed,evictor=lfu,prefetcher=spec_next_layer,max_batch=4-1a2b3c4d"
+    assert check_component("run_name", name) == name
+    assert default_run_name(["system=composed"], "composed", sha) == "composed-1a2b3c4d"
+
+
 def test_routing_paths_that_used_to_collide_get_two_folders(tmp_path):
     """`routing=<dir>/a/b_c.npz` and `routing=<dir>/a_b/c.npz` once both became
     `lru,routing=_<dir>_a_b_c.npz`, and the second run overwrote the first."""

@@ -7,7 +7,7 @@ request with 8 steps of one token each. Its routing, checked below, is
 so the engine's access sequence in (iteration, layer) order, as keys layer * 4 + expert, is
     0 5 1 5 0 6 2 7 1 5 0 6 3 5 0 4.
 Expected counts were worked out by hand (LRU walks written in the comments) or by the
-brute-force optimum `_optimal_loads` below.
+brute-force optimum `optimal_loads` (tests/helpers.py) below.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import FixedBackend, random_trace, tiny_model
+from helpers import FixedBackend, optimal_loads, random_trace, tiny_model
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -111,31 +111,12 @@ def test_no_offload_everything_resident():
     assert _run(NoOffload(), 8) == {"hits": 16, "late": 0, "misses": 0, "loads": 0}
 
 
-def _optimal_loads(seq: list[int], slots: int) -> int:
-    """Brute force: fewest loads over every eviction choice, from an empty cache."""
-    states = {frozenset(): 0}
-    for key in seq:
-        nxt: dict[frozenset, int] = {}
-        for cache, cost in states.items():
-            if key in cache:
-                options = [(cache, cost)]
-            elif len(cache) < slots:
-                options = [(cache | {key}, cost + 1)]
-            else:
-                options = [((cache - {v}) | {key}, cost + 1) for v in cache]
-            for state, c in options:
-                if c < nxt.get(state, 1 << 30):
-                    nxt[state] = c
-        states = nxt
-    return min(states.values())
-
-
 @pytest.mark.parametrize("slots", [2, 3, 4, 6])
 def test_oracle_loads_equal_brute_force_optimum(slots):
     # The oracle preloads the first `slots` distinct keys (MIN's cold loads), so its counted
     # loads are the optimum minus those.
     distinct_first = min(slots, len(set(SEQUENCE)))
-    assert _run(Oracle(), slots)["loads"] == _optimal_loads(SEQUENCE, slots) - distinct_first
+    assert _run(Oracle(), slots)["loads"] == optimal_loads(SEQUENCE, slots) - distinct_first
 
 
 @settings(max_examples=25, deadline=None)
@@ -262,11 +243,51 @@ def test_context_dependent_knob_is_refused_in_bind(cls, kwargs, message):
 def test_knob_checks_keep_valid_values():
     lru = LRU(slots_per_layer=4, prefetch=False)
     lru.bind(_ctx())
-    assert lru.slots_per_layer == 4 and lru.prefetch is False
+    assert lru.evictor.slots_per_layer == 4 and lru.prefetch is False
     auto = LRU()
     auto.bind(_ctx(slots=30))  # auto: floor(30 / 3) = 10, at most a layer's 4 experts
-    assert auto.slots_per_layer == 4
+    assert auto.evictor.slots_per_layer == 4 and auto.prefetcher.max_proposal == 4
     assert isinstance(KnobError("x"), ValueError)  # callers catching ValueError still do
     with pytest.raises(KnobError, match=r"^holdout_fraction: must be a finite number in "
                                         r"\(0\.0, 1\.0\), got 0$"):
         NextLayerPredictor(3, 4, 2, ("decoder",) * 3, holdout_fraction=0)
+
+
+# ---- choose_victim is a pure query ------------------------------------------------------------
+
+PURE_TINY = ["experiment=table1", "workload.num_requests=3", "workload.prompt_len=16",
+             "workload.output_len=5", "calibration_requests=3", "progress=false",
+             "expert_cache_gb=2", "system.prefetch=true"]
+PURE_EXTRA = {"moe_infinity": ["system.eamc_capacity=5"], "fmoe": ["system.store_capacity=8"]}
+
+
+@pytest.mark.parametrize("name, cls", [("on_demand", OnDemand), ("lru", LRU),
+                                       ("layer_offload", LayerOffload), ("diff_moe", DiffMoE),
+                                       ("fmoe", FMoE), ("moe_infinity", MoEInfinity)])
+def test_choose_victim_asked_twice_gives_the_same_run(tmp_path, monkeypatch, name, cls):
+    """The engine may ask and not act: a system asked twice before every load must answer the
+    same both times and run exactly as when asked once (state changes belong in on_evict)."""
+    from harness.runner.config import compose_config
+    from harness.runner.run import run_config
+
+    def run(tag):
+        cfg = compose_config([f"system={name}", *PURE_TINY, *PURE_EXTRA.get(name, [])],
+                             run_name=f"{name}-{tag}", results_dir=str(tmp_path))
+        return run_config(cfg)
+
+    once = run("once")
+    original = cls.choose_victim
+
+    def twice(self, candidates, incoming, demand, now_ms):
+        first = original(self, candidates, incoming, demand, now_ms)
+        assert original(self, candidates, incoming, demand, now_ms) == first
+        return first
+
+    monkeypatch.setattr(cls, "choose_victim", twice)
+    again = run("twice")
+    assert once["status"] == again["status"] == "valid"
+    import pyarrow.parquet as pq
+
+    evict_ms = pq.read_table(f"{once['_run_dir']}/transfers.parquet").column("evict_ms")
+    assert np.count_nonzero(~np.isnan(evict_ms.to_numpy())) > 0  # victims were asked for
+    assert again["metrics"] == once["metrics"]

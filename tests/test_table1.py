@@ -37,9 +37,9 @@ def test_table1_from_runs(tmp_path):
     assert main([str(out), "--allow-partial"]) == 0
     rows = _rows(out)
     assert list(rows[0]) == [
-        "system", "bound", "status", "tpot_mean_ms", "tpot_p99_ms", "gpu_idle_ms_per_token",
-        "hit_rate_decode", "h2d_gb_per_token", "paper_tpot_mean_ms", "paper_tpot_tail_ms",
-        "paper_gpu_idle_ms"]
+        "system", "bound", "status", "tpot_mean_ms", "tpot_p99_ms", "compute_floor_ms",
+        "headroom", "gpu_idle_ms_per_token", "hit_rate_decode", "h2d_gb_per_token",
+        "paper_tpot_mean_ms", "paper_tpot_tail_ms", "paper_gpu_idle_ms"]
     by = {r["system"]: r for r in rows}
     assert by["oracle"]["bound"] == "true" and by["lru"]["bound"] == "false"
     # MoE-Infinity Table 1: DeepSpeed 737/803/513, Mixtral-Offloading 1250/1530/754.
@@ -49,6 +49,12 @@ def test_table1_from_runs(tmp_path):
     assert by["on_demand"]["paper_tpot_mean_ms"] == ""
     assert by["no_offload"]["status"] == "oom" and by["no_offload"]["tpot_mean_ms"] == ""
     assert float(by["lru"]["tpot_mean_ms"]) > 0
+    # compute floor and headroom from result.json, rounded by hand's rule (2 decimals)
+    lru_m = json.loads((out / "lru" / "result.json").read_text())["metrics"]
+    assert by["lru"]["compute_floor_ms"] == f"{lru_m['compute_floor_ms']:.2f}"
+    assert by["lru"]["headroom"] == f"{lru_m['tpot_ms']['mean'] / lru_m['compute_floor_ms']:.2f}"
+    assert float(by["lru"]["headroom"]) >= 1.0  # batch 1: stalls only add time
+    assert by["no_offload"]["compute_floor_ms"] == "" and by["no_offload"]["headroom"] == ""
     # the hit rate column is the decode hit rate (prefill excluded, as in TPOT), 4 decimals
     lru = json.loads((out / "lru" / "result.json").read_text())["metrics"]
     assert by["lru"]["hit_rate_decode"] == f"{lru['hit_rate_decode']:.4f}"

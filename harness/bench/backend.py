@@ -18,10 +18,10 @@ def main(argv: list[str]) -> int:
     import torch
     from transformers import AutoModelForCausalLM
 
+    from core.targets import build_target
     from harness.live.driver import record, run_live
     from harness.live.hf_arch import tiny_config
     from harness.runner.config import compose_config, system_names
-    from harness.runner.run import build_target
     from systems.base import System
 
     ap = argparse.ArgumentParser(prog="moebench bench-backend")

@@ -49,7 +49,7 @@ def _ctx(model, slots: int) -> SystemContext:
 
 def bench_eamc(model, n_entries: int, rng) -> tuple[float, float, float]:
     """(full query us, incremental query us, whole per-layer step us) at n_entries EAMs."""
-    from systems.moe_infinity import MoEInfinity, _Active
+    from systems.moe_infinity import MoEInfinity
 
     L, E, k = model.num_moe_layers, model.num_experts, model.top_k
     system = MoEInfinity(eamc_capacity=n_entries)
@@ -60,12 +60,13 @@ def bench_eamc(model, n_entries: int, rng) -> tuple[float, float, float]:
         system.eamc.insert(eam)
     query = rng.multinomial(543 * k, np.full(E, 1 / E), size=L).astype(np.float64).ravel()
     full_us = _median_us(lambda i: system.eamc.query(query), 200)
-    st = _Active(L * E, system.eamc.capacity)
+    # a request-level query state (cumulative EAM), as the paper times one query
+    st = system.request_state(iteration_query=False)
     ids = [sorted(rng.choice(E, k, replace=False).tolist()) for _ in range(L)]
     ones = [1] * k
-    step_us = _median_us(lambda i: system._observe(st, i % L, ids[i % L], ones, False), 2000)
+    step_us = _median_us(lambda i: system.observe(st, i % L, ids[i % L], ones, False), 2000)
     keys = [[layer * E + e for e in ids[layer]] for layer in range(L)]
-    match_us = _median_us(lambda i: system._match(st, keys[i % L], ones, L - 1), 2000)
+    match_us = _median_us(lambda i: system.match(st, keys[i % L], ones, L - 1), 2000)
     return full_us, match_us, step_us
 
 

@@ -20,8 +20,9 @@ import yaml
 from core.atomic import write_json
 from core.paths import PROJECT_ROOT
 from core.specs import hardware_spec_from_dict, model_spec_from_dict
+from core.targets import build_target
 from harness.runner.config import compose_config
-from harness.runner.run import build_target, load_routing
+from harness.runner.run import load_routing
 from harness.sim.backend_sim import SimBackend
 from harness.sim.engine import Engine
 from harness.sim.memory import plan_memory

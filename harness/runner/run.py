@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -11,7 +10,9 @@ import numpy as np
 
 from core.knobs import KnobError
 from core.specs import SpecError, hardware_spec_from_dict, model_spec_from_dict
+from core.targets import build_target
 from core.trace import Trace, TraceError, read_trace
+from harness.runner.floor import compute_floor_ms, headroom
 from harness.runner.provenance import code_version, environment, run_id
 from harness.runner.results import RESULT_SCHEMA_VERSION, canonical_json, config_hash, write_run
 from harness.runner.runconfig import check_run_config
@@ -22,34 +23,7 @@ from harness.sim.memory import plan_memory
 from harness.sim.metrics import spec_recall, summarize
 from systems.base import System
 
-ALLOWED_TARGET_PREFIXES = ("systems.", "workloads.", "harness.", "analysis.")
 _TRACE_MEMO: dict[str, Trace] = {}  # multirun jobs in one process share generated traces
-
-
-def build_target(node: dict, where: str, base: type | None = None):
-    """Instantiate `_target_` with the node's other keys; only this project's classes."""
-    node = dict(node)
-    target = node.pop("_target_", None)
-    if not isinstance(target, str) or not target.startswith(ALLOWED_TARGET_PREFIXES):
-        raise SpecError(f"{where}._target_: {target!r} is not a class of this project "
-                        f"(allowed prefixes: {', '.join(ALLOWED_TARGET_PREFIXES)})")
-    module, _, name = target.rpartition(".")
-    try:
-        cls = getattr(importlib.import_module(module), name)
-    except (ImportError, AttributeError) as exc:
-        raise SpecError(f"{where}._target_: cannot import {target!r} ({exc})") from exc
-    # A name re-exported by a project module (harness.runner.run.Path) is not a project class.
-    if not isinstance(cls, type) or not f"{cls.__module__}.".startswith(ALLOWED_TARGET_PREFIXES):
-        raise SpecError(f"{where}._target_: {target!r} is not a class of this project "
-                        f"(it is {getattr(cls, '__module__', '?')}.{name})")
-    if base is not None and not issubclass(cls, base):
-        raise SpecError(f"{where}._target_: {target!r} is not a {base.__name__}")
-    try:
-        return cls(**node)
-    except KnobError as exc:  # the message starts with the knob: `system.slots_per_layer: ...`
-        raise SpecError(f"{where}.{exc}") from exc
-    except (TypeError, ValueError) as exc:
-        raise SpecError(f"{where}: {exc}") from exc
 
 
 def load_routing(cfg: dict, model, split: str, num_requests: int | None = None) -> Trace:
@@ -157,7 +131,7 @@ def run_config(cfg: dict) -> dict:
     if oom:
         result["status"], result["reason"] = "oom", oom
     else:
-        if type(system).warmup is not System.warmup:
+        if system.needs_calibration():
             calib = _check_shape(
                 load_routing(cfg, model, "calibration", cfg["calibration_requests"]), model)
         engine = _engine(model, hw, trace, system, plan, max_batch, cfg["progress"])
@@ -181,6 +155,9 @@ def run_config(cfg: dict) -> dict:
                 result["metrics"]["peak_expert_cache_bytes"] = int(rec.peak_cache_bytes)
                 result["metrics"]["spec_recall"] = (  # null unless the system reads guesses
                     spec_recall(trace) if "spec_topk" in system.uses_fields else None)
+                m = result["metrics"]  # the TPOT with every expert resident, no stall
+                m["compute_floor_ms"] = compute_floor_ms(model, hw, trace, max_batch)
+                m["headroom"] = headroom(m["tpot_ms"]["mean"], m["compute_floor_ms"])
                 # Diagnostics that are not per-access facts (not in the parquet files).
                 result["engine"] = {"prefetches_dropped": int(rec.prefetch_dropped)}
                 result["system"] = system.describe()

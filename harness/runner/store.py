@@ -68,13 +68,19 @@ def run_dir_of(cfg: dict) -> Path:
 
 def default_run_name(task_overrides, system: str, config_sha256: str) -> str:
     """`lru-1a2b3c4d` for a plain run; `lru,hardware.h2d_gbps=16-1a2b3c4d` when other settings
-    are overridden. The readable part is shortened to fit; the hash suffix always stays."""
-    parts = [system]
+    are overridden. A system's own config groups (`system/evictor=lfu`, a path with a slash)
+    follow the system as `evictor=lfu`: `composed,evictor=lfu,prefetcher=none-1a2b3c4d`. The
+    readable part is shortened to fit; the hash suffix always stays."""
+    groups, others = [], []
     for item in sorted(task_overrides):
-        key = item.split("=", 1)[0].lstrip("+~")
-        if key != "system" and key not in NAME_EXCLUDED:
-            parts.append(_UNSAFE_IN_NAME.sub("_", item.lstrip("+~")))
-    head = ",".join(parts).lstrip(".")
+        item = item.lstrip("+~")
+        key, _, value = item.partition("=")
+        if key.startswith("system/"):  # a part of the system chosen as a config group
+            groups.append(f"{key[len('system/'):].replace('/', '.')}={value}")
+        elif key != "system" and key not in NAME_EXCLUDED:
+            others.append(item)
+    parts = [system, *groups, *others]
+    head = ",".join(_UNSAFE_IN_NAME.sub("_", p) for p in parts).lstrip(".")
     room = NAME_MAX_CHARS - HASH_CHARS - 1
     if len(head) > room:
         head = head[:room - 1] + "~"

@@ -45,3 +45,8 @@ class Prefetcher:
 
     def describe(self) -> dict:
         return {"name": self.name}
+
+    def needs_calibration(self) -> bool:
+        """True: the run loads the calibration split and calls warmup() (default: the class
+        overrides warmup)."""
+        return type(self).warmup is not Prefetcher.warmup

@@ -1,0 +1,132 @@
+"""composed: a system built from an evictor, a prefetcher and an optional admission rule.
+
+    moebench system=composed system/evictor=lfu system/prefetcher=spec_next_layer
+
+Each part is a config node with a `_target_` (conf/system/evictor/*.yaml,
+conf/system/prefetcher/*.yaml) that must subclass Evictor / Prefetcher / Admission, built
+with the project allowlist (core/targets.py); an already built part is taken as it is.
+Engine events are forwarded (docs/architecture.md has the order):
+  on_layer_routed -> evictor.on_access(iteration, layer, the step's keys) once per layer step,
+                     then prefetcher.on_layer_routed
+  propose_prefetch -> prefetcher.propose
+  choose_victim   -> evictor.choose_victim; for a prefetch that would evict a named victim,
+                     admission.admit (False: declined, None). A free slot is always used: the
+                     engine loads into it whatever a system answers.
+  on_load / on_evict -> evictor.on_insert / on_evict, then the prefetcher's
+  on_step_end -> evictor, then prefetcher; request hooks and warmup -> prefetcher.
+`prefetch: false` turns the prefetcher off: the engine never asks, and the prefetcher sees
+no event after bind (it is not warmed up either).
+"""
+
+from __future__ import annotations
+
+from core.knobs import KnobError
+from core.targets import build_part
+from systems.admission import Admission
+from systems.base import System
+from systems.evictors.base import Evictor
+from systems.prefetchers.base import Prefetcher
+
+
+class Composed(System):
+    name = "composed"
+    label = "composed: an evictor + a prefetcher (+ an admission rule)"
+
+    def __init__(self, evictor=None, prefetcher=None, admission=None, prefetch: bool = True):
+        super().__init__(prefetch)
+        if evictor is None:
+            raise KnobError("evictor: a composed system needs an evictor node (_target_)")
+        # A bind-time KnobError of a part built from a node is reported under its key
+        # (`system.evictor.<knob>`); a part handed over built (on_demand, lru) answers for
+        # the system's own knobs (`system.<knob>`).
+        self._prefix = {where: "" if isinstance(node, base) else f"{where}."
+                        for where, node, base in (("evictor", evictor, Evictor),
+                                                  ("prefetcher", prefetcher, Prefetcher),
+                                                  ("admission", admission, Admission))}
+        self.evictor = build_part(evictor, "evictor", Evictor)
+        self.prefetcher = (build_part(prefetcher, "prefetcher", Prefetcher)
+                           if prefetcher is not None else _none())
+        self.admission = (build_part(admission, "admission", Admission)
+                          if admission is not None else None)
+        # instance attributes the runner and the engine read (declared on System)
+        self.oracle = bool(self.evictor.bound or self.prefetcher.oracle)
+        self.uses_fields = tuple(dict.fromkeys((*self.evictor.uses_fields,
+                                                *self.prefetcher.uses_fields)))
+        self._pf = self.prefetcher if self.prefetch else None  # None: switched off
+        if type(self) is Composed:  # named systems built on it keep their own label
+            self.label = (f"composed: evictor {self.evictor.name} + prefetcher "
+                          f"{self.prefetcher.name}"
+                          + (f" + admission {self.admission.name}" if self.admission else ""))
+
+    def _parts(self):
+        return [("evictor", self.evictor), ("prefetcher", self.prefetcher),
+                ("admission", self.admission)]
+
+    def bind(self, ctx):
+        super().bind(ctx)
+        for where, part in self._parts():
+            if part is None:
+                continue
+            try:
+                part.bind(ctx)
+            except KnobError as exc:  # a range that depends on the model or the budget
+                raise KnobError(f"{self._prefix[where]}{exc}") from exc
+
+    def needs_calibration(self) -> bool:
+        return self._pf is not None and self._pf.needs_calibration()
+
+    def warmup(self, calibration) -> None:
+        if self._pf is not None:
+            self._pf.warmup(calibration)
+
+    def on_request_start(self, request, now_ms):
+        if self._pf is not None:
+            self._pf.on_request_start(request, now_ms)
+
+    def on_layer_routed(self, routing, now_ms):
+        base = routing.layer * self.ctx.num_experts
+        self.evictor.on_access(routing.iteration, routing.layer,
+                               [base + e for e in routing.experts], now_ms)
+        if self._pf is not None:
+            self._pf.on_layer_routed(routing, now_ms)
+
+    def propose_prefetch(self, now_ms):
+        return self._pf.propose(now_ms) if self._pf is not None else None
+
+    def choose_victim(self, candidates, incoming, demand, now_ms):
+        victim = self.evictor.choose_victim(candidates, incoming, demand, now_ms)
+        if (victim is not None and not demand and self.admission is not None
+                and not self.admission.admit(incoming, victim, now_ms)):
+            return None
+        return victim
+
+    def on_load(self, key, demand, now_ms):
+        self.evictor.on_insert(key, demand, now_ms)
+        if self._pf is not None:
+            self._pf.on_insert(key, demand, now_ms)
+
+    def on_evict(self, key, now_ms):
+        self.evictor.on_evict(key, now_ms)
+        if self._pf is not None:
+            self._pf.on_evict(key, now_ms)
+
+    def on_step_end(self, iteration, now_ms):
+        self.evictor.on_step_end(iteration, now_ms)
+        if self._pf is not None:
+            self._pf.on_step_end(iteration, now_ms)
+
+    def on_request_end(self, request, now_ms):
+        if self._pf is not None:
+            self._pf.on_request_end(request, now_ms)
+
+    def describe(self):
+        out = super().describe()
+        for where, part in self._parts():
+            out[where] = None if part is None else part.describe()
+        return out
+
+
+def _none() -> Prefetcher:
+    from systems.prefetchers.none import NoPrefetch
+
+    return NoPrefetch()

@@ -1,0 +1,78 @@
+"""lru_per_layer: Mixtral-Offloading's cache (Eliseev & Mazur 2023), an LRU per MoE layer with
+a quota of `slots_per_layer` experts each.
+
+An incoming expert of layer l evicts the least recently used evictable expert of layer l once
+layer l holds its quota (or the cache is full). When every expert of layer l is in use (a
+step routed to more experts than the quota) and the cache is full, it borrows: the least
+recent evictable expert of the layer holding the most experts (ties: the lowest layer).
+Recency: a copy enters its layer's order as most recent when it lands; a routed resident
+moves to most recent (a step's keys in ascending order, so the lower key counts as older).
+
+slots_per_layer = floor(cache slots / MoE layers), at most E, unless set; a set value must
+be in [1, E]; a cache smaller than one expert per layer is refused.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+
+from core.knobs import int_knob
+from systems.evictors.base import Evictor
+
+
+def auto_slots_per_layer(ctx) -> int:
+    """The budget's share per MoE layer, at most a layer's experts (0: below one per layer)."""
+    return min(ctx.capacity_slots // ctx.num_layers, ctx.num_experts)
+
+
+class LRUPerLayer(Evictor):
+    name = "lru_per_layer"
+
+    def __init__(self, slots_per_layer: int | None = None):
+        self.slots_per_layer_cfg = int_knob(slots_per_layer, "slots_per_layer", lo=1,
+                                            null="auto")
+
+    def bind(self, ctx):
+        super().bind(ctx)
+        if self.slots_per_layer_cfg is None:  # auto: the budget's share, at most a layer
+            self.slots_per_layer = auto_slots_per_layer(ctx)
+            if self.slots_per_layer < 1:
+                raise ValueError(f"lru: the cache ({ctx.capacity_slots} experts) cannot hold "
+                                 f"one expert per layer ({ctx.num_layers} layers)")
+        else:  # more slots than a layer has experts is a config mistake, not a clamp
+            self.slots_per_layer = int_knob(
+                self.slots_per_layer_cfg, "slots_per_layer", lo=1, hi=ctx.num_experts,
+                null="auto", note=f"the model has {ctx.num_experts} experts per layer")
+        self.layers = [OrderedDict() for _ in range(ctx.num_layers)]  # key -> None, LRU first
+
+    def on_access(self, iteration, layer, keys, now_ms):
+        lru = self.layers[layer]
+        for key in keys:
+            if key in lru:
+                lru.move_to_end(key)
+
+    def on_insert(self, key, demand, now_ms):
+        self.layers[key // self.ctx.num_experts][key] = None
+
+    def on_evict(self, key, now_ms):
+        self.layers[key // self.ctx.num_experts].pop(key, None)
+
+    def choose_victim(self, candidates, incoming, demand, now_ms):
+        lru = self.layers[incoming // self.ctx.num_experts]
+        victim = None
+        if len(lru) >= self.slots_per_layer or candidates.full:
+            victim = candidates.first_of(lru)
+        if victim is None and candidates.full:
+            # Every expert of this layer is in use: borrow the least recent slot of the layer
+            # furthest over quota (sorted is stable: equal sizes keep the lowest layer first).
+            for other in sorted((d for d in self.layers if d is not lru), key=len, reverse=True):
+                victim = candidates.first_of(other)
+                if victim is not None:
+                    break
+        return victim
+
+    def describe(self):
+        out = {"name": self.name, "slots_per_layer": self.slots_per_layer_cfg}
+        if hasattr(self, "slots_per_layer"):
+            out["slots_per_layer_used"] = self.slots_per_layer
+        return out
