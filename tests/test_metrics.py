@@ -294,7 +294,8 @@ def test_latencies(run):
 
 
 def test_every_metric_is_covered(run):
-    # A metric added to harness/sim/metrics.py must get an independent recomputation here.
+    # A metric added to harness/sim/metrics.py must get an independent recomputation here
+    # (compute_floor_ms and headroom: tests/test_floor_metric.py).
     covered = {"accesses", "hits", "late_prefetches", "misses", "hit_rate",
                "hit_rate_decode", "hit_rate_prefill", "prefetch_churn", "prefetches_unused",
                "prefetches_late", "prefetches_per_decode_token",
@@ -308,34 +309,6 @@ def test_every_metric_is_covered(run):
                "requests_meeting_ttft_slo", "requests_meeting_tpot_slo", "slo_attainment",
                "goodput_rps", "requests_per_s", "compute_floor_ms", "headroom"}
     assert set(run["m"]) == covered
-
-
-def test_compute_floor_is_tpot_without_the_stalls(run):
-    """compute_floor_ms (docs/metrics.md): the TPOT with every expert resident. Under a
-    timing-independent schedule the iterations are the same and each is shorter by exactly its
-    stall (sum of start - need over its accesses), so a request's floor TPOT is
-    (last token - first token - stall of the iterations in between) / (tokens - 1).
-    lru_batch2 (spread arrivals at batch 2) has no such identity: only headroom is checked."""
-    m, acc, tok = run["m"], run["acc"], run["tok"]
-    tpot = m["tpot_ms"]["mean"]
-    assert m["headroom"] == approx(tpot / m["compute_floor_ms"])
-    if run["name"] == "lru_batch2":
-        return
-    stall = {}
-    for it, need, start in zip(acc["iteration"].tolist(), acc["need_ms"].tolist(),
-                               acc["start_ms"].tolist()):
-        stall[it] = stall.get(it, 0.0) + (start - need)
-    floors = []
-    for r in np.unique(tok["request"]).tolist():
-        mine = tok["request"] == r
-        its, times = tok["iteration"][mine], tok["time_ms"][mine]
-        if len(times) < 2:
-            continue
-        first, last = int(its.min()), int(its.max())
-        between = sum(stall.get(i, 0.0) for i in range(first + 1, last + 1))
-        floors.append((float(times.max()) - float(times.min()) - between) / (len(times) - 1))
-    assert m["compute_floor_ms"] == approx(float(np.mean(floors)))
-    assert m["compute_floor_ms"] <= tpot
 
 
 def test_slo_goodput(run):
