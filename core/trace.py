@@ -332,16 +332,17 @@ def trace_from_routing(meta: dict, requests: list[dict], source: str = "<memory>
 
 # ---- file I/O ---------------------------------------------------------------------------
 
-def write_trace(tr: Trace, path: str | os.PathLike) -> str:
+def write_trace(tr: Trace, path: str | os.PathLike, compress: bool = True) -> str:
     """Write atomically (hidden temporary sibling + rename, core/atomic.py); returns the
-    content sha256."""
+    content sha256. compress=False stores the arrays uncompressed (the same format, read by
+    the same reader): ~25 % larger, ~50x faster to write (the runner's trace cache)."""
     tr.validate()
     tr._sha = None  # arrays may have been edited since the checksum was last computed
     arrays = {name: getattr(tr, name) for name in ARRAY_FIELDS if getattr(tr, name) is not None}
     header = _canonical_json(tr._header(with_sha=True)).encode()
     arrays["header_json"] = np.frombuffer(header, dtype=np.uint8)
     with atomic_path(path) as tmp, open(tmp, "wb") as fh:
-        np.savez_compressed(fh, **arrays)
+        (np.savez_compressed if compress else np.savez)(fh, **arrays)
     return tr.content_sha256()
 
 

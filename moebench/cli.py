@@ -3,6 +3,9 @@
   moebench [hydra overrides]        run (or, with -m, sweep) configurations
   moebench table1 [results dir]     write results/table1/table1.{md,csv} from finished runs
   moebench zoo [results dir]        write results/zoo/zoo.{md,csv} (evictor x prefetcher)
+  moebench list [KIND]              systems, models, hardware, prompts, arrivals, experiments
+  moebench compare DIR --x K --y M  a sweep as a CSV, markdown table and plot (--by system)
+  moebench cdf DIR --metric tpot    latency CDFs per system and percentile tables (ttft, e2e)
   moebench gap [hydra overrides]    a run's loads minus Belady's, by counterfactual replays
   moebench audit-prefetch           every system with and without prefetch (simulated)
   moebench bench-sim                engine throughput and one Table 1 run's wall time
@@ -25,11 +28,14 @@ from core.trace import TraceError
 
 
 def _describe(result: dict) -> str:
+    from workloads.labels import inputs_label  # prompts=... arrivals=... of the run
+
     m = result.get("metrics") or {}
     routing = "synthetic routing" if result["trace"]["synthetic"] else (
         f"routing {result['trace']['routing_source']}")
+    inputs = inputs_label(result.get("config") or {})
     head = (f"[SIMULATED, {routing}] {result['system']['name']} | {result['model']['name']} | "
-            f"{result['hardware']}: {result['status']}")
+            f"{result['hardware']} | {inputs}: {result['status']}")
     if result["status"] != "valid":
         return f"{head} ({result['reason']})"
     tpot = m["tpot_ms"]["mean"]
@@ -60,25 +66,49 @@ def _hydra_main() -> None:
 
     @hydra.main(config_path=str(PROJECT_ROOT / "conf"), config_name="config", version_base="1.3")
     def task(cfg: DictConfig) -> None:
+        from hydra.types import RunMode
+
         from harness.runner.results import config_hash
-        from harness.runner.run import run_config
         from harness.runner.runconfig import check_before_naming
         from harness.runner.store import default_run_name
+        from harness.runner.sweep import run_job, unnamed_failure
 
+        hc = HydraConfig.get()
+        multirun, job_num = hc.mode == RunMode.MULTIRUN, int(hc.job.get("num") or 0)
+        system_name = hc.runtime.choices.get("system")
         plain = OmegaConf.to_container(cfg, resolve=True)
         try:
             check_before_naming(plain)  # an unknown key or a NaN must not enter the name
             if plain.get("run_name") is None:
-                plain["run_name"] = default_run_name(
-                    HydraConfig.get().overrides.task, HydraConfig.get().runtime.choices["system"],
-                    config_hash(plain))
-            result = run_config(plain)
+                plain["run_name"] = default_run_name(hc.overrides.task, system_name,
+                                                     config_hash(plain))
+            outcome = run_job(plain, multirun=multirun, system_name=system_name,
+                              job_num=job_num)
         except (SpecError, TraceError) as exc:
             print(f"moebench: error: {exc}", file=sys.stderr)
-            sys.exit(2)
-        print(_describe(result), flush=True)
+            if not multirun:  # a single run's bad input: exit 2, nothing written
+                sys.exit(2)
+            outcome = unnamed_failure(job_num, exc)  # a sweep goes on (harness/runner/sweep.py)
+        _print_outcome(outcome)
+        if outcome["status"] == "failed" and not multirun:
+            sys.exit(1)
 
     task()
+    from harness.runner.sweep import LAST
+
+    if LAST.get("failed"):  # set by the sweep's summary (SweepCallback)
+        sys.exit(1)
+
+
+def _print_outcome(outcome: dict) -> None:
+    """One line per finished job on stdout."""
+    if outcome["status"] == "done":
+        print(_describe(outcome["result"]), flush=True)
+    elif outcome["status"] == "skipped":
+        print(f"skipped (complete, resume=true): {outcome['run_dir']}", flush=True)
+    else:
+        where = f" -> {outcome['run_dir']}" if outcome["run_dir"] else ""
+        print(f"FAILED: {outcome['reason']}{where}", flush=True)
 
 
 # Subcommand -> module whose main(argv) -> exit code runs it (imported only when used).
@@ -86,6 +116,9 @@ SUBCOMMANDS = {
     "table1": "analysis.table1",
     "gap": "analysis.gap",
     "zoo": "analysis.zoo",
+    "list": "analysis.listing",
+    "compare": "analysis.compare",
+    "cdf": "analysis.cdf",
     "audit-prefetch": "analysis.prefetch_audit",
     "characterize": "analysis.routing_report",
     "import-routing": "workloads.importers",

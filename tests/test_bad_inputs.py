@@ -209,12 +209,12 @@ TRACES = [
 ]
 
 
-# ---- arrival files (workload=azure_conv replays a local CSV, never downloads) ---------------
+# ---- arrival files (arrivals=azure_conv replays a local CSV, never downloads) ---------------
 def _azure(rows: list[str], error: str, case_id: str, header: str = "TIMESTAMP,ContextTokens,"
            "GeneratedTokens", requests: int = 2) -> Case:
     text = header + "\n" + "".join(r + "\n" for r in rows)
     return Case(case_id, {"a.csv": text},
-                ("workload=azure_conv", "workload.arrivals.path={dir}/a.csv",
+                ("arrivals=azure_conv", "workload.arrivals.path={dir}/a.csv",
                  "workload.arrivals.download=false", f"workload.num_requests={requests}", *RUN),
                 error)
 

@@ -6,6 +6,14 @@ never removes the previous complete one. The caller holds the run folder's lock
 (harness/runner/store.py). result.json is written with sorted keys and a fixed indent; everything
 except its `timing` and `environment` blocks is byte-identical for the same config, seed and
 code on any machine.
+
+`save_rows: false` in the run's config leaves out accesses.parquet (one row per expert access,
+most of a run's bytes); the summary metrics are computed before any file is written, so they
+are exact either way, and tokens.parquet and transfers.parquet are always written.
+
+A run that fails (a rejected value inside a sweep, an exception, a MemoryError, a timeout)
+leaves a failure record instead (`failure_record`): result.json with `status: failed`, the
+config, and an `error` block {kind, type, message, traceback}; no parquet files.
 """
 
 from __future__ import annotations
@@ -14,6 +22,8 @@ import hashlib
 import json
 import os
 import time
+import traceback
+from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
@@ -23,7 +33,15 @@ from core.atomic import atomic_dir
 RESULT_SCHEMA_VERSION = "1.0"
 PARQUET_SCHEMA_VERSION = "1.0"
 # Config keys that change where or how a run is shown, not what it computes.
-NON_SEMANTIC_KEYS = ("progress", "results_dir", "run_name", "experiment_name", "wandb")
+# logger reports a finished run (harness/runner/logger.py); resume, timeout_s and
+# blas_threads decide whether and how a run executes, save_rows which
+# files it keeps, trace_cache_dir where generated traces are kept (harness/runner/
+# trace_cache.py); none changes a metric (harness/runner/guard.py).
+NON_SEMANTIC_KEYS = ("progress", "results_dir", "run_name", "experiment_name", "logger",
+                     "resume", "timeout_s", "save_rows", "blas_threads", "trace_cache_dir")
+# error.kind of a failure record: a value the run's checks refused, the wall-clock limit, or
+# anything else raised inside the job (MemoryError included)
+FAILURE_KINDS = ("input", "timeout", "exception")
 # Test-only: seconds to sleep between the parquet files and result.json, so a test can kill a
 # writer provably inside the write (tests/test_store.py). Unset in normal use.
 PAUSE_ENV = "MOEBENCH_TEST_PAUSE_IN_WRITE_S"
@@ -62,16 +80,43 @@ def write_run(run_dir: Path, result: dict, tables: dict | None,
               request_ids: list[str] | None = None) -> Path:
     """Write result.json (+ parquet tables) into a temporary sibling, then swap it in."""
     run_dir = Path(run_dir)
+    save_rows = (result.get("config") or {}).get("save_rows", True)
     with atomic_dir(run_dir) as tmp:
         if tables is not None:
             run_id = result["run_id"]
-            for name in ("accesses", "tokens", "transfers"):
+            for name in ("accesses", "tokens", "transfers") if save_rows else (
+                    "tokens", "transfers"):
                 _parquet(tables[name], tmp / f"{name}.parquet", name, run_id, request_ids)
         if os.environ.get(PAUSE_ENV):
             time.sleep(float(os.environ[PAUSE_ENV]))
         text = json.dumps(result, sort_keys=True, indent=1, ensure_ascii=True, allow_nan=False)
         (tmp / "result.json").write_text(text + "\n")
     return run_dir
+
+
+def error_info(exc: BaseException, kind: str) -> dict:
+    """The `error` block of a failed run: what was raised, where, and which kind it is."""
+    assert kind in FAILURE_KINDS, kind
+    return {"kind": kind, "type": type(exc).__name__, "message": str(exc),
+            "traceback": "".join(traceback.format_exception(exc))}
+
+
+def failure_record(cfg: dict, exc: BaseException, kind: str, *, run_id: str, git: dict,
+                   environment: dict, system_name: str | None, wall_s: float) -> dict:
+    """result.json of a run that failed before it had a result: the config (so the run can
+    be repeated), the code version, and the error; no metrics and no tables."""
+    return {
+        "schema_version": RESULT_SCHEMA_VERSION, "run_id": run_id,
+        "experiment": cfg.get("experiment_name"), "run_name": cfg.get("run_name"),
+        "config": cfg, "config_sha256": config_hash(cfg), "git": git,
+        "environment": environment, "seed": cfg.get("seed"),
+        "backend": "sim", "simulated": True, "system": {"name": system_name},
+        "status": "failed", "reason": f"{type(exc).__name__}: {exc}",
+        "error": error_info(exc, kind), "metrics": None, "trace": None,
+        "calibration_trace": None,
+        "timing": {"created_utc": datetime.now(UTC).isoformat(timespec="seconds"),
+                   "wall_s": wall_s},
+    }
 
 
 def read_result(run_dir: Path) -> dict:

@@ -13,10 +13,18 @@ from core.specs import SpecError, hardware_spec_from_dict, model_spec_from_dict
 from core.targets import build_target
 from core.trace import Trace, TraceError, read_trace
 from harness.runner.floor import compute_floor_ms, headroom
+from harness.runner.logger import log_run
 from harness.runner.provenance import code_version, environment, run_id
-from harness.runner.results import RESULT_SCHEMA_VERSION, canonical_json, config_hash, write_run
+from harness.runner.results import (
+    RESULT_SCHEMA_VERSION,
+    canonical_json,
+    config_hash,
+    error_info,
+    write_run,
+)
 from harness.runner.runconfig import check_run_config
 from harness.runner.store import RunLock
+from harness.runner.trace_cache import cached_trace
 from harness.sim.backend_sim import SimBackend
 from harness.sim.engine import Engine, EngineError
 from harness.sim.memory import plan_memory
@@ -44,10 +52,15 @@ def load_routing(cfg: dict, model, split: str, num_requests: int | None = None) 
         synth_cfg = build_target(workload, "workload")
         from workloads.synthetic import generate_trace
 
-        try:
-            _TRACE_MEMO[key] = generate_trace(model, synth_cfg)
-        except ValueError as exc:  # the workload's own checks name their `workload.` key
-            raise SpecError(str(exc)) from exc
+        def generate() -> Trace:
+            try:
+                return generate_trace(model, synth_cfg)
+            except ValueError as exc:  # the workload's own checks name their `workload.` key
+                raise SpecError(str(exc)) from exc
+
+        root = cfg.get("trace_cache_dir")  # a sweep's jobs share traces on disk (trace_cache.py)
+        _TRACE_MEMO[key] = cached_trace(root, key, model, generate) if isinstance(
+            root, str) and root else generate()
     return _TRACE_MEMO[key]
 
 
@@ -147,6 +160,7 @@ def run_config(cfg: dict) -> dict:
                 run_s = time.perf_counter() - t_run
             except (EngineError, ValueError) as exc:
                 result["status"], result["reason"] = "failed", f"{type(exc).__name__}: {exc}"
+                result["error"] = error_info(exc, "exception")  # as in a failure record
             else:
                 tables = rec.tables()
                 result["metrics"] = summarize(tables, trace.arrival_ms, model.expert_bytes,
@@ -172,5 +186,6 @@ def run_config(cfg: dict) -> dict:
             "policy_s": engine.policy_s if tables is not None else None,
         }
         write_run(run_dir, result, tables, trace.request_ids)
+    log_run(cfg, result, run_dir)  # reads the written record, never changes it; never raises
     result["_run_dir"] = str(run_dir)
     return result

@@ -3,7 +3,8 @@
 Types are strict: an integer key takes an integer (not 2.7, not true), a boolean key a
 boolean; a key nobody reads (`+foo=1`) is refused instead of entering the config hash and the
 folder name. Every message starts with the key, as the user writes it on the command line.
-Groups (model, hardware, system, workload) are checked by their own builders.
+Groups (model, hardware, system, workload) are checked by their own builders; the
+prompts and arrivals groups are parts of `workload` (conf/prompts, conf/arrivals).
 """
 
 from __future__ import annotations
@@ -17,16 +18,20 @@ import yaml
 from core import checks
 from core.paths import PROJECT_ROOT
 from core.specs import SpecError
+from harness.runner.logger import check_logger
 from harness.runner.store import run_dir_of
 
 GROUPS = ("model", "hardware", "system", "workload")
+# Groups that change how a run is reported, not what it computes (absent: none).
+REPORTING_GROUPS = ("logger",)
 
 
 @lru_cache(maxsize=1)
 def known_keys() -> frozenset[str]:
     """Top-level keys of conf/config.yaml plus the config groups."""
     data = yaml.safe_load((PROJECT_ROOT / "conf" / "config.yaml").read_text())
-    return frozenset(k for k in data if k not in ("defaults", "hydra")) | set(GROUPS)
+    return (frozenset(k for k in data if k not in ("defaults", "hydra")) | set(GROUPS)
+            | set(REPORTING_GROUPS))
 
 
 def _trace_path(cfg: dict, key: str) -> None:
@@ -52,9 +57,29 @@ def _non_finite(node, where: str = "") -> str | None:
     return None
 
 
+def check_workload_groups(cfg: dict) -> None:
+    """The old workload=poisson|azure_* names (conf/workload stubs carrying `replaced_by`) are
+    an error naming the arrivals option that replaced them; prompts (conf/prompts) with
+    routing=FILE are refused: the file's routing already fixes the prompts."""
+    workload = cfg.get("workload")
+    if not isinstance(workload, dict):
+        return
+    new = workload.get("replaced_by")
+    if new is not None:
+        old = new.split("=", 1)[-1]
+        raise SpecError(f"workload: workload={old} was replaced by the arrivals and prompts "
+                        f"groups: use {new} (workload=synthetic stays the generator; "
+                        f"`moebench list arrivals` and `moebench list prompts` show them)")
+    if cfg.get("routing") is not None and workload.get("prompts") is not None:
+        raise SpecError(f"prompts: routing={cfg['routing']} already fixes the prompts (the "
+                        f"file's routing came from them); drop prompts= (or routing=)")
+
+
 def check_before_naming(cfg: dict) -> None:
     """What must hold before the config is hashed into a folder name: no unknown top-level
-    key (it would enter the hash and the name) and no NaN or infinity (JSON cannot hold it)."""
+    key (it would enter the hash and the name), no NaN or infinity (JSON cannot hold it), and
+    the workload groups' rules (check_workload_groups)."""
+    check_logger(cfg)  # first: it names logger=wandb for the old `+wandb=true`
     unknown = sorted(set(cfg) - known_keys())
     if unknown:
         raise SpecError(f"{unknown[0]}: unknown top-level key (unknown: {unknown}); known keys: "
@@ -65,6 +90,7 @@ def check_before_naming(cfg: dict) -> None:
         for part in bad.split("."):
             value = value[int(part) if isinstance(value, list) else part]
         raise SpecError(f"{bad}: must be a finite number, got {value!r}")
+    check_workload_groups(cfg)
 
 
 def check_run_config(cfg: dict) -> Path:
@@ -81,6 +107,15 @@ def check_run_config(cfg: dict) -> Path:
     checks.number(cfg.get("expert_cache_gb"), "expert_cache_gb", lo=0, lo_open=True,
                   null="what GPU memory leaves", error=SpecError)
     checks.boolean(cfg.get("progress"), "progress", error=SpecError)
+    for key in ("resume", "save_rows"):  # sweep keys (README "Sweeps"); absent: true
+        checks.boolean(cfg.get(key, True), key, error=SpecError)
+    checks.number(cfg.get("timeout_s"), "timeout_s", lo=0, lo_open=True, null="no limit",
+                  error=SpecError)
+    checks.integer(cfg.get("blas_threads"), "blas_threads", lo=1,
+                   null="the libraries' own setting", error=SpecError)
+    cache = cfg.get("trace_cache_dir")
+    if cache is not None and (not isinstance(cache, str) or not cache):
+        raise SpecError(f"trace_cache_dir: must be a folder path or null (off), got {cache!r}")
     _trace_path(cfg, "routing")
     _trace_path(cfg, "calibration_routing")
     return run_dir_of(cfg)

@@ -77,7 +77,7 @@ def default_run_name(task_overrides, system: str, config_sha256: str) -> str:
         key, _, value = item.partition("=")
         if key.startswith("system/"):  # a part of the system chosen as a config group
             groups.append(f"{key[len('system/'):].replace('/', '.')}={value}")
-        elif key != "system" and key not in NAME_EXCLUDED:
+        elif key != "system" and key.partition(".")[0] not in NAME_EXCLUDED:  # logger.x too
             others.append(item)
     parts = [system, *groups, *others]
     head = ",".join(_UNSAFE_IN_NAME.sub("_", p) for p in parts).lstrip(".")

@@ -1,0 +1,272 @@
+"""One job of a sweep (or a single run): resume, failure isolation, progress, the summary.
+
+A job's outcome is `done`, `failed` or `skipped`:
+
+- skipped: a sweep (`-m`) with `resume: true` finds the run's folder holding a complete record
+  of the same run (`complete_record`), and leaves it as it is;
+- failed: anything raised inside the job: in a sweep a rejected value too (e.g.
+  expert_cache_gb=40 on a 24 GB GPU), an exception, a MemoryError, `timeout_s` passing. The
+  job writes a failure record (harness/runner/results.py, `failure_record`) into its run
+  folder, atomically and under the folder's lock, and the sweep goes on. A single run keeps
+  the plain rule for bad input: the caller gets the SpecError / TraceError (a clear message,
+  exit 2, nothing written); other failures write the record there too;
+- done: the run wrote its result (status valid, or oom when the config does not fit).
+
+A value that leaves the job no safe folder name (an unknown top-level key, a NaN, an unsafe
+run_name) cannot be recorded in a folder: the job is counted failed, with its message on
+stderr. Every job of a sweep drops its outcome into a hidden state folder of the sweep
+(`.sweep-<host>-<pid>`, written atomically, so jobs of other launcher processes report
+too); `SweepCallback` counts them when the sweep ends and prints one summary line.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import sys
+import time
+from pathlib import Path
+
+from hydra.experimental.callback import Callback
+
+from core.atomic import write_json
+from core.specs import SpecError, model_spec_from_dict
+from core.trace import TraceError
+from harness.runner.guard import JobTimeout, blas_threads, watchdog
+from harness.runner.logger import log_run
+from harness.runner.provenance import code_version, environment, run_id
+from harness.runner.results import config_hash, failure_record, write_run
+from harness.runner.store import RunLock, run_dir_of
+
+STATE_ENV, TOTAL_ENV, START_ENV = ("MOEBENCH_SWEEP_STATE", "MOEBENCH_SWEEP_TOTAL",
+                                   "MOEBENCH_SWEEP_START")
+COMPLETE = ("valid", "oom")  # statuses a rerun would only repeat; `failed` reruns
+TABLES = ("tokens", "transfers")  # always written for a valid run; accesses unless save_rows
+LAST: dict = {}  # the last sweep's counts in this process (moebench/cli.py sets the exit code)
+
+
+# ---- resume ---------------------------------------------------------------------------------
+def _file_trace_sha(cfg: dict, split: str) -> str | None:
+    from harness.runner.run import load_routing  # memoised: a rerun does not read it twice
+
+    model = model_spec_from_dict(cfg["model"], "model")
+    n = cfg["calibration_requests"] if split == "calibration" else None
+    return load_routing(cfg, model, split, n).content_sha256()
+
+
+def complete_record(cfg: dict) -> tuple[bool, str]:
+    """(True, why) when the run folder holds a complete record of this very run: the same
+    config hash and code version (git sha and the digest of uncommitted changes), a complete
+    status, its tables, and the same trace. A synthetic trace is a function of the config
+    and the code, so the two keys fix its sha without rebuilding it (a Table 1 trace takes
+    seconds to generate); a trace file (`routing`, `calibration_routing`) can change under
+    the same path, so it is read and its content sha compared."""
+    run_dir = run_dir_of(cfg)
+    try:
+        old = json.loads((run_dir / "result.json").read_text())
+    except (OSError, ValueError):
+        return False, "no readable result.json"
+    if not isinstance(old, dict) or old.get("status") not in COMPLETE:
+        return False, f"status {old.get('status') if isinstance(old, dict) else None}"
+    if old.get("config_sha256") != config_hash(cfg):
+        return False, "another config"
+    code, was = code_version(), old.get("git") or {}
+    if code["sha"] is None:
+        return False, "code version unknown (not a git checkout)"
+    if (was.get("sha"), was.get("dirty_sha256")) != (code["sha"], code["dirty_sha256"]):
+        return False, "another code version"
+    if old["status"] == "valid":
+        wanted = (*TABLES, "accesses") if cfg.get("save_rows", True) else TABLES
+        missing = [t for t in wanted if not (run_dir / f"{t}.parquet").is_file()]
+        if missing:
+            return False, f"no {missing[0]}.parquet"
+    for key, split, block in (("routing", "measure", "trace"),
+                              ("calibration_routing", "calibration", "calibration_trace")):
+        recorded = (old.get(block) or {}).get("sha256")
+        if cfg.get(key) and recorded is not None:
+            try:
+                if _file_trace_sha(cfg, split) != recorded:
+                    return False, f"{key}: the file's trace changed"
+            except (SpecError, TraceError, OSError):
+                return False, f"{key}: unreadable (the run reports why)"
+    return True, "complete"
+
+
+# ---- failures -------------------------------------------------------------------------------
+def _kind(exc: BaseException) -> str:
+    if isinstance(exc, JobTimeout):
+        return "timeout"
+    return "input" if isinstance(exc, (SpecError, TraceError)) else "exception"
+
+
+def write_failure(cfg: dict, exc: BaseException, system_name: str | None,
+                  wall_s: float) -> Path:
+    """The failure record in the run's folder (atomic, under the folder's lock)."""
+    if isinstance(exc, JobTimeout) and not str(exc):  # raised asynchronously, no message
+        exc = JobTimeout(f"timeout_s: the run took longer than {cfg.get('timeout_s')} s")
+    run_dir = run_dir_of(cfg)
+    code = code_version()
+    record = failure_record(cfg, exc, _kind(exc), run_id=run_id(config_hash(cfg), code),
+                            git=code, environment=environment(), system_name=system_name,
+                            wall_s=wall_s)
+    with RunLock(run_dir):
+        write_run(run_dir, record, None)
+    log_run(cfg, record, run_dir)  # failed runs reach the logger too (never raises)
+    return run_dir
+
+
+# ---- one job --------------------------------------------------------------------------------
+def run_job(cfg: dict, *, multirun: bool, system_name: str | None, job_num: int = 0) -> dict:
+    """Run one named config; returns {"status": done|failed|skipped, "run_dir", "result",
+    "reason"}. Raises SpecError / TraceError only for a single run's bad input."""
+    from harness.runner.run import run_config
+
+    t0 = time.perf_counter()
+    if multirun:
+        progress_line(job_num)
+        if cfg.get("resume", True):
+            skip, _why = complete_record(cfg)
+            if skip:
+                return report(job_num, {"status": "skipped", "run_dir": str(run_dir_of(cfg)),
+                                        "result": None, "reason": "complete"})
+    try:
+        with blas_threads(cfg.get("blas_threads")), watchdog(cfg.get("timeout_s")):
+            result = run_config(cfg)
+    except (SpecError, TraceError) as exc:
+        if not multirun:
+            raise
+        return report(job_num, _failed(cfg, exc, system_name, t0))
+    except (Exception, JobTimeout) as exc:  # noqa: BLE001 (a crash is this job's result)
+        return report(job_num, _failed(cfg, exc, system_name, t0))
+    return report(job_num, {"status": "done", "run_dir": result["_run_dir"], "result": result,
+                            "reason": None})
+
+
+def _failed(cfg: dict, exc: BaseException, system_name, t0: float) -> dict:
+    import traceback
+
+    if _kind(exc) == "exception":  # a crash: its traceback belongs in the log too
+        traceback.print_exception(exc, file=sys.stderr)
+    out = {"status": "failed", "run_dir": None, "result": None,
+           "reason": f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__}
+    try:
+        out["run_dir"] = str(write_failure(cfg, exc, system_name, time.perf_counter() - t0))
+    except (SpecError, OSError) as err:  # no safe folder, or another writer holds it
+        out["reason"] += f" (no failure record: {err})"
+    return out
+
+
+def unnamed_failure(job_num: int, exc: BaseException) -> dict:
+    """A job whose config cannot name a folder (see the module docstring)."""
+    return report(job_num, {"status": "failed", "run_dir": None, "result": None,
+                            "reason": f"{exc} (no folder to record it in)"})
+
+
+# ---- sweep state, progress and summary -----------------------------------------------------
+def report(job_num: int, outcome: dict) -> dict:
+    """Drop the outcome into the sweep's state folder (when this job is part of a sweep)."""
+    state = os.environ.get(STATE_ENV)
+    if state and Path(state).is_dir():
+        write_json(Path(state) / f"job-{job_num:06d}.json",
+                   {k: outcome[k] for k in ("status", "run_dir", "reason")})
+    return outcome
+
+
+def _clock(seconds: float) -> str:
+    s = int(round(seconds))
+    return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"
+
+
+def progress_line(job_num: int, stream=None) -> None:
+    """`sweep: job i/N, 1m02s elapsed, ETA 2m10s` on stderr, only when it is a terminal."""
+    stream = stream or sys.stderr
+    state, start = os.environ.get(STATE_ENV), os.environ.get(START_ENV)
+    if not (state and start and stream.isatty()):
+        return
+    total = os.environ.get(TOTAL_ENV) or "?"
+    elapsed = time.time() - float(start)
+    finished = len(list(Path(state).glob("job-*.json"))) if Path(state).is_dir() else 0
+    eta = "?"
+    if finished and total != "?":
+        eta = _clock(elapsed / finished * max(int(total) - finished, 0))
+    print(f"sweep: job {job_num + 1}/{total}, {_clock(elapsed)} elapsed, ETA {eta}",
+          file=stream, flush=True)
+
+
+def summarize(state: Path, total: int | None, elapsed_s: float) -> tuple[dict, list[str]]:
+    """Counts of the sweep's outcomes and the lines that report them."""
+    outcomes = []
+    for path in sorted(Path(state).glob("job-*.json")):
+        try:
+            outcomes.append(json.loads(path.read_text()))
+        except (OSError, ValueError):
+            continue
+    counts = {s: sum(o.get("status") == s for o in outcomes) for s in ("done", "failed",
+                                                                       "skipped")}
+    lines = []
+    if counts["skipped"]:
+        lines.append(f"sweep: skipped {counts['skipped']} complete runs (resume=false reruns "
+                     "them)")
+    for o in (o for o in outcomes if o.get("status") == "failed"):
+        lines.append(f"sweep: failed: {o.get('run_dir') or '(no folder)'}: {o.get('reason')}")
+    lost = (total - len(outcomes)) if total is not None and total > len(outcomes) else 0
+    counts["failed"] += lost  # a job that never reported (its worker died) did not finish
+    lines.append(f"sweep: {counts['done']} done, {counts['failed']} failed, "
+                 f"{counts['skipped']} skipped in {_clock(elapsed_s)}"
+                 + (f" ({lost} jobs never reported)" if lost else ""))
+    return counts, lines
+
+
+def _clean_dead_states(sweep_dir: Path) -> None:
+    """Remove the state folders of this host's sweeps whose process is gone (killed)."""
+    prefix = f".sweep-{socket.gethostname()}-"
+    for folder in sweep_dir.glob(".sweep-*") if sweep_dir.is_dir() else ():
+        pid = folder.name[len(prefix):] if folder.name.startswith(prefix) else ""
+        if not pid.isdigit() or int(pid) == os.getpid():
+            continue
+        try:
+            os.kill(int(pid), 0)
+            continue  # still running
+        except ProcessLookupError:
+            pass
+        except PermissionError:
+            continue
+        _remove_state(folder)
+
+
+def _remove_state(folder: Path) -> None:
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+class SweepCallback(Callback):
+    """Hydra callback (conf/config.yaml, hydra.callbacks): opens the sweep's state folder
+    before the first job, prints the summary after the last."""
+
+    def on_multirun_start(self, config, **kwargs) -> None:
+        from harness.runner.sweep_size import sweep_size
+
+        sweep_dir = Path(str(config.hydra.sweep.dir)).resolve()
+        _clean_dead_states(sweep_dir)
+        state = sweep_dir / f".sweep-{socket.gethostname()}-{os.getpid()}"
+        state.mkdir(parents=True, exist_ok=True)
+        for old in state.glob("job-*.json"):  # a pid reused on this host: start clean
+            old.unlink()
+        total = sweep_size(list(config.hydra.overrides.task))
+        os.environ[STATE_ENV], os.environ[START_ENV] = str(state), repr(time.time())
+        os.environ[TOTAL_ENV] = "" if total is None else str(total)
+
+    def on_multirun_end(self, config, **kwargs) -> None:
+        state = os.environ.pop(STATE_ENV, None)
+        start = float(os.environ.pop(START_ENV, time.time()))
+        total = os.environ.pop(TOTAL_ENV, "")
+        if not state:
+            return
+        counts, lines = summarize(Path(state), int(total) if total else None,
+                                  time.time() - start)
+        for line in lines:
+            print(line, flush=True)
+        LAST.clear()
+        LAST.update(counts)
+        _remove_state(Path(state))
