@@ -93,7 +93,14 @@ def series(runs: RunSet, results_dir: Path, metric: str) -> dict[tuple, list]:
         key = (r["system"].get("name"), *((a, axis_value(r["config"], a)) for a in pooled))
         values = request_latency(r, results_dir / r["_folder"], metric)
         out.setdefault(key, []).append((r["config"].get("seed"), values))
-    return dict(sorted(out.items(), key=lambda kv: repr(kv[0])))
+    return dict(sorted(out.items(), key=lambda kv: _order(kv[0])))
+
+
+def _order(key: tuple) -> tuple:
+    """System, then each axis value: numbers by value (4 before 12), others by their text."""
+    system, *axes = key
+    return (str(system), *((0, v, "") if isinstance(v, int | float) and not isinstance(v, bool)
+                           else (1, 0, repr(v)) for _, v in axes))
 
 
 def _label(key: tuple) -> str:
