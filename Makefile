@@ -61,7 +61,7 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 
 bench-sim: $(STAMP)
-	$(MOEBENCH) bench-sim
+	$(MOEBENCH) bench-sim --json results/bench_sim.json
 
 # Decision overhead of moe_infinity / fmoe / diff_moe (one BLAS thread, so figures compare).
 bench-policies: $(STAMP)

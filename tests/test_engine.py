@@ -308,3 +308,43 @@ def test_lean_all_ready_path_records_what_the_per_expert_path_records(make):
     for name in a:
         for col in a[name]:
             assert np.array_equal(a[name][col], b[name][col], equal_nan=True), (name, col)
+
+
+def test_recorder_columns_across_flushes_and_bytes_per_access():
+    """Rows that cross many buffer flushes come back as written (block bounds included), and
+    recording holds well under 64 bytes per access (no Python object per access)."""
+    import tracemalloc
+
+    from harness.sim.recorder import Recorder
+
+    n_blocks, per = 9000, 7  # 63,000 accesses: several flushes of the access buffer
+    tracemalloc.start()
+    rec = Recorder(expert_bytes=10)
+    for b in range(n_blocks):
+        it, layer = b // 3, b % 3
+        if layer == 0:
+            rec.iteration(it, "prefill" if it == 0 else "decode", it * 2.0, it * 2.0 + 1.5,
+                          [(0, it)])
+        for j in range(per):
+            tid = rec.transfer(b * per + j, 1, 0.0, 0.5 * b, 0.5 * b, 0.5 * b + 0.25)
+            rec.add_access((j, 2, tid, b + 0.125, b + 0.375, 0))
+        rec.block(it, layer)
+    held = tracemalloc.get_traced_memory()[0]
+    tracemalloc.stop()
+    n = n_blocks * per
+    assert rec.num_accesses == n
+    # Columns: 29 bytes an access, 41 + 8 (evict ms) a transfer, one transfer per access here,
+    # ~7 % array over-allocation; plus two list buffers of at most 2**16 values, each a pointer
+    # and at most a 32-byte object. The old flat lists held ~300 bytes per access here.
+    assert held < 1.07 * (29 + 49) * n + 2 * (1 << 16) * 40
+    acc = rec.tables()["accesses"]
+    k = np.arange(n)
+    assert np.array_equal(acc["expert"], (k % per).astype(np.int32))
+    assert acc["expert"].dtype == np.int32 and acc["class"].dtype == np.int8
+    assert np.array_equal(acc["layer"], ((k // per) % 3).astype(np.int32))
+    assert np.array_equal(acc["iteration"], k // (per * 3))
+    assert np.array_equal(acc["transfer_id"], k)
+    assert np.array_equal(acc["stall_ms"], np.full(n, 0.25))
+    assert np.array_equal(acc["ready_ms"], 0.5 * (k // per) + 0.25)
+    assert np.array_equal(acc["step"], (k // (per * 3)).astype(np.int32))
+    assert acc["prefill"].sum() == per * 3

@@ -1,61 +1,286 @@
-"""`make bench-sim`: accesses per second through the full engine path, per system, and the
-wall time of one Table 1 run. Trace generation is excluded from accesses per second."""
+"""`moebench bench-sim [--json PATH]`: SIMULATED engine timing on synthetic routing.
+
+Per system of the Table 1 setting (and at 1,000 requests, and at batch 32 with every request
+arriving at once), in a fresh child process each (so peak RSS is that run's own):
+- CPU seconds (time.process_time, BLAS pinned to one thread so idle OpenBLAS workers do not
+  count) from the in-memory trace to the finished result tables: Engine construction with
+  its indexes, warm-up of history-based systems, engine.run(), rec.tables(), summarize();
+  median of --repeats. Trace generation (measure + calibration split), compute_floor_ms and
+  result writing (write_run, parquet included) are timed and reported separately;
+- RSS of the child (ru_maxrss, VmRSS): the peak through trace generation, the RSS the traces
+  keep, the peak from there through the engine's tables and metrics (the peak is reset after
+  generation where Linux allows), and the whole run's peak (result writing included);
+- in the same process, the reference loop (harness/bench/reference_lru.py) over the same
+  trace's access stream at batch 1, and the ratio engine / reference accesses per CPU-s.
+The lru child at the first setting also runs `system=lru system.prefetch=false` once and
+checks that the reference's hit / miss counts equal it, per phase.
+"""
 
 from __future__ import annotations
 
 import argparse
+import gc
+import json
+import os
+import resource
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from pathlib import Path
 
-from core.specs import hardware_spec_from_dict, model_spec_from_dict
-from core.targets import build_target
-from harness.runner.config import compose_config, system_names
-from harness.runner.run import load_routing
-from harness.sim.backend_sim import SimBackend
-from harness.sim.engine import Engine
-from harness.sim.memory import plan_memory
-from systems.base import System
+LABEL = "SIMULATED engine timing on synthetic routing"
+BLAS_ENV = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+# (JSON key suffix, requests (None: --requests), max_batch)
+SETTINGS = (("", None, 1), ("_1000_requests", 1000, 1), ("_batch32", None, 32))
+
+
+def _rss_mb() -> float:
+    """Peak RSS of this process since start, or since the last `_reset_peak()` (MiB)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
+
+
+def _current_rss_mb() -> float | None:
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return None
+
+
+def _reset_peak() -> bool:
+    """Reset the peak to the current RSS (Linux: clear_refs 5, which ru_maxrss follows), so
+    the engine's own peak is seen under trace generation's; False where not possible (the
+    peaks are then cumulative)."""
+    try:
+        Path("/proc/self/clear_refs").write_text("5")
+    except OSError:
+        return False
+    return True
+
+
+def _cpu(fn):
+    t0 = time.process_time()
+    out = fn()
+    return out, time.process_time() - t0
+
+
+def child(system_name: str, requests: int, max_batch: int, repeats: int, check: bool) -> dict:
+    """One system at one setting, in this (fresh) process; returns its figures."""
+    import numpy as np
+
+    from core.specs import hardware_spec_from_dict, model_spec_from_dict
+    from core.targets import build_target
+    from harness.bench import reference_lru
+    from harness.runner.config import compose_config
+    from harness.runner.floor import compute_floor_ms
+    from harness.runner.results import write_run
+    from harness.runner.run import load_routing
+    from harness.sim.backend_sim import SimBackend
+    from harness.sim.engine import Engine
+    from harness.sim.memory import plan_memory
+    from harness.sim.metrics import summarize
+    from systems.base import System
+
+    # No on-disk trace cache: every child generates its trace, so generation is timed alike.
+    base = ["experiment=table1", f"workload.num_requests={requests}", f"max_batch={max_batch}",
+            "progress=false", "trace_cache_dir=null"]
+    cfg = compose_config(base + [f"system={system_name}"])
+    model = model_spec_from_dict(cfg["model"], "model")
+    hw = hardware_spec_from_dict(cfg["hardware"], "hardware")
+    out = {"system": system_name, "requests": requests, "max_batch": max_batch,
+           "rss_start_mb": _rss_mb()}
+    trace, gen_s = _cpu(lambda: load_routing(cfg, model, "measure"))
+    max_ctx = int(np.max(trace.prompt_len.astype(np.int64) + trace.output_len))
+    plan = plan_memory(model, hw, max_ctx, max_batch, cfg.get("expert_cache_gb"))
+    probe = build_target(cfg["system"], "system", System)
+    calib = None
+    if probe.needs_calibration():
+        calib, calib_s = _cpu(lambda: load_routing(cfg, model, "calibration",
+                                                   cfg["calibration_requests"]))
+        gen_s += calib_s
+    out["trace_gen_cpu_s"] = gen_s
+    out["peak_rss_trace_mb"] = _rss_mb()  # imports + trace generation
+    out["rss_after_trace_mb"] = _current_rss_mb()  # what the traces keep
+    out["peak_reset"] = _reset_peak()
+    if probe.needs_all_experts and plan.expert_cache_bytes < model.total_expert_bytes:
+        out["status"] = "oom"
+        return out
+    slo = (float(cfg["slo_ttft_ms"]), float(cfg["slo_tpot_ms"]))
+
+    def one_run(system) -> tuple[dict, dict, int]:
+        parts = {}
+        t0 = time.process_time()
+        engine = Engine(model, SimBackend(model, hw), trace, system, plan.expert_cache_bytes,
+                        max_batch)
+        parts["engine_init_s"] = time.process_time() - t0
+        if calib is not None:
+            _, parts["warmup_s"] = _cpu(lambda: system.warmup(calib))
+        rec, parts["run_s"] = _cpu(engine.run)
+        tables, parts["tables_s"] = _cpu(rec.tables)
+        metrics, parts["summarize_s"] = _cpu(lambda: summarize(
+            tables, trace.arrival_ms, model.expert_bytes, *slo))
+        parts["total_s"] = time.process_time() - t0
+        return parts, {"tables": tables, "metrics": metrics}, rec.num_accesses
+
+    runs = []
+    for _ in range(repeats):
+        gc.collect()
+        parts, last, n_acc = one_run(build_target(cfg["system"], "system", System))
+        runs.append(parts)
+    med = statistics.median(p["total_s"] for p in runs)
+    out.update(status="ok", accesses=n_acc, cpu_s=med, accesses_per_cpu_s=n_acc / med,
+               cpu_s_parts=min(runs, key=lambda p: abs(p["total_s"] - med)),
+               peak_rss_engine_mb=_rss_mb())  # traces + engine, tables, metrics
+    _, out["compute_floor_cpu_s"] = _cpu(lambda: compute_floor_ms(model, hw, trace, max_batch))
+    with tempfile.TemporaryDirectory() as tmp:
+        result = {"run_id": "bench-sim", "config": cfg, "metrics": last["metrics"]}
+        _, out["write_cpu_s"] = _cpu(lambda: write_run(Path(tmp) / "run", result,
+                                                        last["tables"], trace.request_ids))
+    # The whole run: trace generation, engine, tables, metrics, result writing.
+    out["peak_rss_mb"] = max(_rss_mb(), out["peak_rss_trace_mb"])
+    if out["rss_after_trace_mb"] is not None and out["peak_reset"]:
+        out["bytes_per_access_beyond_trace"] = (
+            (out["peak_rss_engine_mb"] - out["rss_after_trace_mb"]) * 2**20 / max(n_acc, 1))
+    last = None  # free the tables before the reference loop
+    gc.collect()
+    # The reference loop, same process, same trace, batch 1 (its stream is built untimed).
+    slots = plan_memory(model, hw, max_ctx, 1, cfg.get("expert_cache_gb")).expert_cache_bytes \
+        // model.expert_bytes
+    spl = min(slots // model.num_moe_layers, model.num_experts)
+    stream = reference_lru.access_stream(trace)
+    ref_n = reference_lru.stream_accesses(stream)
+    ref = [_cpu(lambda: reference_lru.replay(stream, model.num_moe_layers, slots, spl))
+           for _ in range(repeats)]
+    ref_s = statistics.median(s for _, s in ref)
+    out.update(reference_accesses=ref_n, reference_cpu_s=ref_s,
+               reference_accesses_per_cpu_s=ref_n / ref_s,
+               ratio=out["accesses_per_cpu_s"] / (ref_n / ref_s))
+    if check:
+        out["reference_check"] = _check(cfg, build_target, System, one_run, ref[0][0])
+    return out
+
+
+def _check(cfg, build_target, System, one_run, ref_counts: dict) -> dict:
+    """Hit / miss counts of `system=lru system.prefetch=false` per phase vs the reference."""
+    node = dict(cfg["system"], prefetch=False)
+    _, last, _ = one_run(build_target(node, "system", System))
+    acc = last["tables"]["accesses"]
+    cls, prefill = acc["class"], acc["prefill"].astype(bool)
+    engine = {}
+    for phase, mask in (("decode", ~prefill), ("prefill", prefill)):
+        engine[f"hits_{phase}"] = int((cls[mask] != 2).sum())  # hit or late (none at batch 1)
+        engine[f"misses_{phase}"] = int((cls[mask] == 2).sum())
+    return {"engine": engine, "reference": ref_counts, "match": engine == ref_counts,
+            "system": "lru system.prefetch=false"}
+
+
+def _spawn(system: str, requests: int, batch: int, repeats: int, check: bool) -> dict:
+    from core.paths import PROJECT_ROOT
+
+    cmd = [sys.executable, "-m", "harness.bench.sim", "--child", system,
+           "--requests", str(requests), "--batch", str(batch), "--repeats", str(repeats)]
+    if check:
+        cmd.append("--check")
+    env = {**os.environ, **BLAS_ENV}
+    p = subprocess.run(cmd, cwd=PROJECT_ROOT, env=env, capture_output=True, text=True)
+    if p.returncode != 0:
+        return {"system": system, "status": "failed", "error": p.stderr.strip()[-2000:]}
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+def _fmt(x, spec: str) -> str:
+    return "-" if x is None else format(x, spec)
 
 
 def main(argv: list[str]) -> int:
-    ap = argparse.ArgumentParser(prog="moebench bench-sim")
+    from harness.runner.config import system_names
+
+    ap = argparse.ArgumentParser(prog="moebench bench-sim", description=LABEL)
+    ap.add_argument("--json", help="write the figures here (make bench-sim: results/)")
+    ap.add_argument("--systems", help="comma-separated (default: every Table 1 system)")
     ap.add_argument("--requests", type=int, default=290, help="measured requests (Table 1: 290)")
+    ap.add_argument("--repeats", type=int, default=3, help="median of this many runs")
+    ap.add_argument("--skip-1000", action="store_true", help="no 1,000-request setting")
+    ap.add_argument("--skip-batch32", action="store_true", help="no batch-32 setting")
+    ap.add_argument("--child", help=argparse.SUPPRESS)
+    ap.add_argument("--batch", type=int, default=1, help=argparse.SUPPRESS)
+    ap.add_argument("--check", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
-    base = ["experiment=table1", f"workload.num_requests={args.requests}", "progress=false"]
-    cfg = compose_config(base + ["system=lru"])
-    model = model_spec_from_dict(cfg["model"])
-    hw = hardware_spec_from_dict(cfg["hardware"])
-    t0 = time.perf_counter()
-    trace = load_routing(cfg, model, "measure")
-    gen_s = time.perf_counter() - t0
-    max_ctx = int((trace.prompt_len + trace.output_len).max())
-    plan = plan_memory(model, hw, max_ctx, 1)
-    print(f"bench-sim: SIMULATED, {trace.routing_source} routing, {model.name} on {hw.name}, "
-          f"{trace.num_requests} requests; trace generation {gen_s:.2f} s (excluded)")
-    # CPU seconds of this process (one core; robust to other load on the machine).
-    print(f"{'system':<16}{'accesses':>12}{'cpu s':>9}{'accesses/cpu-s':>16}")
-    for name in system_names():
-        system = build_target(compose_config(base + [f"system={name}"])["system"], "system",
-                              System)
-        if system.needs_all_experts and (
-                plan.expert_cache_bytes < model.total_expert_bytes):
-            print(f"{name:<16}{'oom':>12}")
-            continue
-        # Bind first (the engine does), then warm up, as the runner does.
-        engine = Engine(model, SimBackend(model, hw), trace, system, plan.expert_cache_bytes)
-        if type(system).warmup is not System.warmup:
-            system.warmup(load_routing(cfg, model, "calibration", cfg["calibration_requests"]))
-        t0 = time.process_time()
-        rec = engine.run()
-        dt = time.process_time() - t0
-        print(f"{name:<16}{rec.num_accesses:>12}{dt:>9.2f}{rec.num_accesses / dt:>16,.0f}")
-    with tempfile.TemporaryDirectory() as tmp:
-        cmd = [sys.executable, "-m", "moebench.cli", *base, "system=lru", f"results_dir={tmp}"]
-        t0 = time.perf_counter()
-        subprocess.run(cmd, check=True, capture_output=True)
-        wall = time.perf_counter() - t0
-    print(f"one Table 1 run, `moebench experiment=table1 system=lru` in a fresh process "
-          f"(trace generation and result files included): {wall:.2f} s wall")
-    return 0
+    if args.requests < 1 or args.repeats < 1:
+        ap.error("--requests and --repeats must be >= 1")
+    if args.child:
+        from harness.runner.guard import blas_threads
+
+        with blas_threads(1):
+            out = child(args.child, args.requests, args.batch, args.repeats, args.check)
+        print(json.dumps(out))
+        return 0
+    known = system_names()
+    systems = args.systems.split(",") if args.systems else known
+    bad = [s for s in systems if s not in known]
+    if bad:
+        ap.error(f"--systems: unknown {bad}; known: {known}")
+    settings = [s for s in SETTINGS if not (s[0] == "_1000_requests" and args.skip_1000)
+                and not (s[0] == "_batch32" and args.skip_batch32)]
+    print(f"bench-sim: {LABEL}; experiment=table1, {args.requests} requests, median of "
+          f"{args.repeats}, CPU s (process_time) of a fresh process per system, BLAS 1 thread")
+    details, figures, check = {}, {s: {} for s in systems}, None
+    for suffix, n_req, batch in settings:
+        n_req = n_req or args.requests
+        tag = f"{n_req} requests, batch {batch}"
+        details[tag] = {}
+        print(f"\n{tag}\n{'system':<14}{'accesses':>10}{'acc/cpu-s':>11}{'ref acc/cpu-s':>14}"
+              f"{'ratio':>8}{'rss trace':>10}{'engine pk':>10}{'peak rss':>9}{'MB':>3}"
+              f"{'gen s':>7}{'write s':>8}")
+        for name in systems:
+            r = _spawn(name, n_req, batch, args.repeats, check is None and name == "lru"
+                       and batch == 1 and suffix == "")
+            details[tag][name] = r
+            if "reference_check" in r:
+                check = r["reference_check"]
+            f = figures[name]
+            f["status" + suffix] = r["status"]
+            for key in ("accesses", "accesses_per_cpu_s", "peak_rss_mb", "peak_rss_engine_mb",
+                        "rss_after_trace_mb", "reference_accesses_per_cpu_s", "ratio"):
+                f[key + suffix] = r.get(key)
+            print(f"{name:<14}{_fmt(r.get('accesses'), 'd'):>10}"
+                  f"{_fmt(r.get('accesses_per_cpu_s'), ',.0f'):>11}"
+                  f"{_fmt(r.get('reference_accesses_per_cpu_s'), ',.0f'):>14}"
+                  f"{_fmt(r.get('ratio'), '.4f'):>8}{_fmt(r.get('rss_after_trace_mb'), '.0f'):>10}"
+                  f"{_fmt(r.get('peak_rss_engine_mb'), '.0f'):>10}"
+                  f"{_fmt(r.get('peak_rss_mb'), '.0f'):>9}{'':>3}"
+                  f"{_fmt(r.get('trace_gen_cpu_s'), '.2f'):>7}"
+                  f"{_fmt(r.get('write_cpu_s'), '.2f'):>8}"
+                  + ("" if r["status"] == "ok" else f"  {r['status']}"))
+            if r["status"] == "failed":
+                print(r["error"], file=sys.stderr)
+    for suffix, _, _ in settings:
+        line = ", ".join(f"{s} {figures[s]['ratio' + suffix]:.4f}" for s in systems
+                         if figures[s].get("ratio" + suffix) is not None)
+        print(f"ratio engine/reference{suffix or ''} (accesses per CPU-s, same process): {line}")
+    if check is not None:
+        print(f"reference check vs {check['system']} at batch 1: "
+              f"{'match' if check['match'] else 'MISMATCH'} (engine {check['engine']}, "
+              f"reference {check['reference']})")
+    doc = {"label": LABEL, "simulated": True, "synthetic_routing": True,
+           "setting": {"experiment": "table1", "requests": args.requests,
+                       "repeats": args.repeats, "timer": "time.process_time, fresh process",
+                       "blas_threads": 1, "cpus": os.cpu_count()},
+           "systems": figures, "reference_check": check, "details": details}
+    if args.json:
+        path = Path(args.json)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
+        print(f"wrote {path}")
+    return 0 if all(r["status"] != "failed" for d in details.values() for r in d.values()) \
+        else 1
+
+
+if __name__ == "__main__":
+    for _k, _v in BLAS_ENV.items():  # before numpy loads: a child's BLAS starts with one thread
+        os.environ.setdefault(_k, _v)
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,89 @@
+"""The minimal reference loop `moebench bench-sim` times next to the engine: a per-layer LRU
+(one OrderedDict per MoE layer) over a trace's access stream at batch 1.
+
+It is the speed yardstick of the machine the benchmark runs on: engine accesses per CPU
+second divided by this loop's is the figure that survives a noisy, shared machine. It also
+mimics lru_per_layer without prefetch (`system=lru system.prefetch=false`) rule for rule, so
+its hit / miss counts must equal that run's (the benchmark checks it):
+- the stream is the engine's at batch 1: iterations in the static schedule's order, MoE
+  layers ascending, the block's expert union in ascending id (core/blocks.py BlockIndex,
+  the same sequence core/access.py builds, kept here as expert ids per block);
+- routed residents move to most recent in ascending id, then each absent expert, in
+  ascending id, evicts the least recent expert of its layer that the block does not use
+  once the layer holds `slots_per_layer` (or the cache is full), and enters as most recent;
+- when the layer has no such expert and the cache is full it borrows the least recent
+  expert of the layer holding the most (ties: the lowest layer). At batch 1 with no
+  prefetch every copy has landed before the next block, so only the running block's
+  experts are unevictable.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+
+from core.blocks import BlockIndex
+from core.schedule import static_schedule
+
+
+def access_stream(trace) -> list[tuple[int, list[int], int]]:
+    """(layer, ascending expert ids, 1 if prefill else 0) per non-empty block, batch 1."""
+    index = BlockIndex(trace)
+    ids, bounds, L = index.ids, index.bounds, index.L
+    out = []
+    for kind, members in static_schedule(trace.arrival_ms, trace.output_len, 1):
+        (r, s), = members
+        phase = 1 if kind == "prefill" else 0
+        for layer in range(L):
+            b = index.block(r, s, layer)
+            if bounds[b + 1] > bounds[b]:
+                out.append((layer, ids[bounds[b]:bounds[b + 1]], phase))
+    return out
+
+
+def replay(stream, num_layers: int, capacity_slots: int, slots_per_layer: int) -> dict:
+    """Per-layer LRU over `stream`; counts {hits,misses}_{decode,prefill}."""
+    layers = [OrderedDict() for _ in range(num_layers)]
+    resident = 0
+    hits, misses = [0, 0], [0, 0]  # [decode, prefill]
+    for layer, experts, phase in stream:
+        lru = layers[layer]
+        absent = []
+        for e in experts:
+            if e in lru:
+                lru.move_to_end(e)
+            else:
+                absent.append(e)
+        hits[phase] += len(experts) - len(absent)
+        if not absent:
+            continue
+        misses[phase] += len(absent)
+        in_use = set(experts)
+        for e in absent:
+            full = resident >= capacity_slots
+            victim = None
+            if full or len(lru) >= slots_per_layer:
+                victim = next((v for v in lru if v not in in_use), None)
+                if victim is not None:
+                    del lru[victim]
+            if victim is None:
+                if full:
+                    _borrow(layers, lru)
+                else:
+                    resident += 1
+            lru[e] = None
+    return {"hits_decode": hits[0], "misses_decode": misses[0],
+            "hits_prefill": hits[1], "misses_prefill": misses[1]}
+
+
+def _borrow(layers, lru) -> None:
+    """Evict the least recent expert of the fullest other layer (stable sort: lowest layer
+    first among equals); other layers hold no in-use expert at batch 1."""
+    for other in sorted((d for d in layers if d is not lru), key=len, reverse=True):
+        if other:
+            other.popitem(last=False)
+            return
+    raise RuntimeError("reference LRU: no victim while the cache is full")
+
+
+def stream_accesses(stream) -> int:
+    return sum(len(experts) for _, experts, _ in stream)
