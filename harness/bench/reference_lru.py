@@ -6,8 +6,8 @@ second divided by this loop's is the figure that survives a noisy, shared machin
 mimics lru_per_layer without prefetch (`system=lru system.prefetch=false`) rule for rule, so
 its hit / miss counts must equal that run's (the benchmark checks it):
 - the stream is the engine's at batch 1: iterations in the static schedule's order, MoE
-  layers ascending, the block's expert union in ascending id (core/blocks.py BlockIndex,
-  the same sequence core/access.py builds, kept here as expert ids per block);
+  layers ascending, the block's expert union in ascending id (core/access.py, kept here as
+  expert ids per block);
 - routed residents move to most recent in ascending id, then each absent expert, in
   ascending id, evicts the least recent expert of its layer that the block does not use
   once the layer holds `slots_per_layer` (or the cache is full), and enters as most recent;
@@ -21,23 +21,16 @@ from __future__ import annotations
 
 from collections import OrderedDict
 
-from core.blocks import BlockIndex
-from core.schedule import static_schedule
+from core.access import access_sequence
 
 
 def access_stream(trace) -> list[tuple[int, list[int], int]]:
-    """(layer, ascending expert ids, 1 if prefill else 0) per non-empty block, batch 1."""
-    index = BlockIndex(trace)
-    ids, bounds, L = index.ids, index.bounds, index.L
-    out = []
-    for kind, members in static_schedule(trace.arrival_ms, trace.output_len, 1):
-        (r, s), = members
-        phase = 1 if kind == "prefill" else 0
-        for layer in range(L):
-            b = index.block(r, s, layer)
-            if bounds[b + 1] > bounds[b]:
-                out.append((layer, ids[bounds[b]:bounds[b + 1]], phase))
-    return out
+    """(layer, ascending expert ids, 1 if prefill else 0) per non-empty block, batch 1: the
+    engine-order sequence of core/access.py, as expert ids per block."""
+    seq = access_sequence(trace, 1)
+    E, kinds = trace.num_experts, seq.iteration_kinds
+    return [(layer, [k - layer * E for k in keys], 1 if kinds[it] == "prefill" else 0)
+            for _, it, layer, keys in seq.blocks()]
 
 
 def replay(stream, num_layers: int, capacity_slots: int, slots_per_layer: int) -> dict:
