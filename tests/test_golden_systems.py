@@ -7,7 +7,9 @@ Settings (small, so the test is quick; each forces evictions and prefetch decisi
   b1: Table 1 setting, 8 requests of 48 + 8 tokens, batch 1, 4 GiB cache;
   b4: the same at batch 4 with 12 requests;
   tight: batch 1, 2 GiB cache (fewer slots than experts routed in a prefill layer);
-  h200: Switch-base-128 on an H200, where every expert fits (no_offload runs).
+  h200: Switch-base-128 on an H200, where every expert fits (no_offload runs);
+  b8_online: Poisson arrivals at 4 req/s, batch up to 8, 16 requests (continuous batching:
+             requests join and leave mid-run), added before issue "Engine speed and memory".
 """
 
 from __future__ import annotations
@@ -31,6 +33,8 @@ SETTINGS = {
     "b4": ["workload.num_requests=12", "expert_cache_gb=4", "max_batch=4"],
     "tight": ["workload.num_requests=8", "expert_cache_gb=2"],
     "h200": ["workload.num_requests=6", "hardware=h200", "model=switch_base_128"],
+    "b8_online": ["workload.num_requests=16", "expert_cache_gb=4", "max_batch=8",
+                  "arrivals=poisson", "workload.arrivals.rate_rps=4"],
 }
 PER_SYSTEM = {"moe_infinity": ["system.eamc_capacity=5"], "fmoe": ["system.store_capacity=12"]}
 
@@ -66,9 +70,13 @@ def summary(system: str, setting: str, tmp: Path) -> dict:
     return out
 
 
+# The oracle family needs a schedule that does not depend on timing (core/access.py).
+SKIP = {("oracle", "b8_online")}
+
+
 def all_summaries(tmp: Path) -> dict:
     return {f"{s}/{k}": summary(s, k, tmp) for s in system_names() if s != "composed"
-            for k in SETTINGS}
+            for k in SETTINGS if (s, k) not in SKIP}
 
 
 def test_every_system_matches_its_golden_summary(tmp_path):
