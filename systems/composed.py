@@ -71,6 +71,26 @@ class Composed(System):
                 part.bind(ctx)
             except KnobError as exc:  # a range that depends on the model or the budget
                 raise KnobError(f"{self._prefix[where]}{exc}") from exc
+        self._route_direct()
+
+    def _route_direct(self) -> None:
+        """Where a hook would only forward to the evictor, bind the evictor's method in its
+        place (an instance attribute), so the engine calls it without this extra frame: the
+        events and their order are the same (a subclass's own hook is left alone)."""
+        cls, pf = type(self), self._pf
+
+        def silent(name: str) -> bool:  # the prefetcher ignores this event
+            return pf is None or getattr(type(pf), name) is getattr(Prefetcher, name)
+
+        if self.admission is None and cls.choose_victim is Composed.choose_victim:
+            self.choose_victim = self.evictor.choose_victim
+        if silent("on_insert") and cls.on_load is Composed.on_load:
+            self.on_load = self.evictor.on_insert
+        if silent("on_evict") and cls.on_evict is Composed.on_evict:
+            self.on_evict = self.evictor.on_evict
+        # an evictor without recency or counts needs no key list per layer step
+        self._on_access = (None if type(self.evictor).on_access is Evictor.on_access
+                           else self.evictor.on_access)
 
     def needs_calibration(self) -> bool:
         return self._pf is not None and self._pf.needs_calibration()
@@ -84,9 +104,10 @@ class Composed(System):
             self._pf.on_request_start(request, now_ms)
 
     def on_layer_routed(self, routing, now_ms):
-        base = routing.layer * self.ctx.num_experts
-        self.evictor.on_access(routing.iteration, routing.layer,
-                               [base + e for e in routing.experts], now_ms)
+        if self._on_access is not None:
+            base = routing.layer * self.ctx.num_experts
+            self._on_access(routing.iteration, routing.layer,
+                            [base + e for e in routing.experts], now_ms)
         if self._pf is not None:
             self._pf.on_layer_routed(routing, now_ms)
 

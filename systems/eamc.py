@@ -19,13 +19,16 @@ class EAMC:
     Stored layer-major, `cols` [L*E, capacity] (one column per EAM), so that matching one layer's
     k routed experts reads k contiguous rows. float64 holding integer token counts: every dot
     product of counts is exact (its sums stay far below 2**53), so the BLAS kernel's summation
-    order cannot change a match (docs/trace-format.md, "Portable determinism")."""
+    order cannot change a match (docs/trace-format.md, "Portable determinism"). A row-major
+    copy, `rows` [capacity, L*E], makes summing a few matched entries (predicted) read
+    contiguous rows; it doubles the collection's memory (13 MB at 1000 entries of 26 x 64)."""
 
     def __init__(self, capacity: int, num_layers: int, num_experts: int):
         if capacity < 1:
             raise ValueError(f"moe_infinity: eamc_capacity must be >= 1, got {capacity}")
         self.capacity, self.L, self.E = capacity, num_layers, num_experts
         self.cols = np.zeros((num_layers * num_experts, capacity))
+        self.rows = np.zeros((capacity, num_layers * num_experts))  # the same, one row per EAM
         self.prefix = np.zeros((num_layers, capacity))  # [l, slot]: sum of squares, layers 0..l
         # [l, slot]: 1 / sqrt(prefix) (0 for an empty prefix)
         self.inv_norm = np.zeros((num_layers, capacity))
@@ -43,6 +46,7 @@ class EAMC:
             slot = int(np.argmax(self.cosine(eam.ravel())))
             self.replaced += 1
         self.cols[:, slot] = eam.ravel()
+        self.rows[slot] = eam.ravel()
         self.prefix[:, slot] = np.cumsum(np.square(eam, dtype=np.float64).sum(axis=1))
         p = self.prefix[:, slot]
         self.inv_norm[:, slot] = np.divide(1.0, np.sqrt(p), out=np.zeros_like(p), where=p > 0)
@@ -74,8 +78,11 @@ class EAMC:
         token counts summed, then row-normalised per layer (all-zero rows stay zero); and the
         variance of each share as a binomial estimate from the row's n counts, s (1 - s) / n.
         Sums of integer counts are exact, so the order of the entries cannot change either."""
-        cols = self.cols[:, :self.n] if slots is None else self.cols[:, list(slots)]
-        counts = cols.sum(axis=1).reshape(self.L, self.E)
+        if slots is None:
+            counts = self.cols[:, :self.n].sum(axis=1)
+        else:
+            counts = self.rows[list(slots)].sum(axis=0)
+        counts = counts.reshape(self.L, self.E)
         return share_and_variance(counts)
 
 
@@ -83,6 +90,9 @@ def share_and_variance(counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Counts [L, E] -> per-layer shares and their binomial variances s (1 - s) / n (n: the
     row's counts), both flattened [L*E]; all-zero rows give zeros."""
     rows = counts.sum(axis=1, keepdims=True)
+    if rows.all():  # the usual case, without the masked divisions (the same values)
+        shares = counts / rows
+        return shares.ravel(), (shares * (1.0 - shares) / rows).ravel()
     shares = np.divide(counts, rows, out=np.zeros_like(counts), where=rows > 0)
     var = np.divide(shares * (1.0 - shares), rows, out=np.zeros_like(shares), where=rows > 0)
     return shares.ravel(), var.ravel()
@@ -90,13 +100,25 @@ def share_and_variance(counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 def top_ranked(idx: np.ndarray, values: np.ndarray, m: int) -> np.ndarray:
     """The at most m entries of `idx` with the highest `values[idx]`, highest first, ties by
-    lowest index. Which of several equal values at the cut np.partition keeps depends on
-    numpy's SIMD sort, so every tie with the m-th highest is kept and the lexsort picks."""
-    if len(idx) > m:
-        v = values[idx]
-        kth = np.partition(v, len(idx) - m)[len(idx) - m]
-        idx = idx[v >= kth]
-    return idx[np.lexsort((idx, -values[idx]))][:m]
+    lowest index (ranked_keys as an array)."""
+    return np.array(ranked_keys(values, m, idx), dtype=np.int64)
+
+
+def ranked_keys(values: np.ndarray, m: int, idx: np.ndarray | None = None) -> list[int]:
+    """The at most m entries of `idx` (None: every position of `values`) with the highest
+    `values[idx]`, highest first, ties by lowest index. Which of several equal values at the
+    cut np.partition keeps depends on numpy's SIMD sort, so every tie with the m-th highest is
+    kept and an exact sort on (-value, index) picks: python's for a few, else lexsort."""
+    v = values if idx is None else values[idx]
+    if len(v) > m:
+        kth = np.partition(v, len(v) - m)[len(v) - m]
+        keep = np.flatnonzero(v >= kth)
+        idx, v = (keep if idx is None else idx[keep]), v[keep]
+    elif idx is None:
+        idx = np.arange(len(v))
+    if len(idx) > 64:
+        return idx[np.lexsort((idx, -v))][:m].tolist()
+    return [i for _, i in sorted(zip((-v).tolist(), idx.tolist()))][:m]
 
 
 def request_eams(trace) -> list[np.ndarray]:

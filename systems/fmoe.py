@@ -33,6 +33,7 @@ from systems.expert_maps import (
     TrajectoryState,
     unit,
 )
+from systems.victim_order import VictimOrder
 
 # Added to the p * freq (<= 1 * iterations) of protected keys: a prefetch never evicts them,
 # a demand fetch only as a last resort.
@@ -88,6 +89,7 @@ class FMoE(System):
         self.expected: dict[int, float] = {}  # key -> expected use, for the queued prefetches
         self.resident = np.zeros(L * E, bool)
         self.vscore = np.full(L * E, np.inf)  # p * freq where resident, else inf
+        self.victims = VictimOrder()  # the lowest of (vscore + penalty, last_use, key)
         self.protect_cnt = np.zeros(L * E, np.int32)  # usable predictions naming each key
         self.protected: list[_Prediction] = []
         self.penalty = np.zeros(L * E)  # _PROTECTED_TIER on protected keys
@@ -212,6 +214,7 @@ class FMoE(System):
                     self.stats["predictions"] += 1
 
     def _rescore(self, keys) -> None:
+        self.victims.invalidate()
         self.vscore[keys] = np.where(self.resident[keys], self.p[keys] * self.freq[keys],
                                      np.inf)
 
@@ -282,6 +285,7 @@ class FMoE(System):
         self.protected = usable
 
     def _protect(self, keys: np.ndarray, delta: int) -> None:
+        self.victims.invalidate()
         if self.ctx.max_batch == 1:  # one request: a key is named by one prediction at most
             self.penalty[keys] = _PROTECTED_TIER if delta > 0 else 0.0
             return
@@ -291,6 +295,8 @@ class FMoE(System):
     def on_load(self, key, demand, now_ms):
         self.resident[key] = True
         self.vscore[key] = self.p[key] * self.freq[key]
+        self.victims.update(key, float(self.vscore[key] + self.penalty[key]),
+                            int(self.last_use[key]))
 
     def choose_victim(self, candidates, incoming, demand, now_ms):
         """Lowest p * freq (eviction priority 1 / (p * freq)), ties to the least recently used
@@ -299,16 +305,19 @@ class FMoE(System):
         admission (`_admits`) is declined."""
         if not candidates.full:
             return None
-        score = self.vscore + self.penalty
-        while True:
-            low = score.min()
-            if low == np.inf or (not demand and low >= _PROTECTED_TIER):
-                return None
-            ties = np.flatnonzero(score == low)
-            key = int(ties[np.argmin(self.last_use[ties])])  # least recently used first
-            if key in candidates:
-                break
-            score[key] = np.inf  # in flight or in use by the running layer
+        entries = self.victims.get(self.vscore, self.penalty, self.last_use)
+        key = None
+        while key is None:
+            for low, _, k in entries:
+                if low == np.inf or (not demand and low >= _PROTECTED_TIER):
+                    return None
+                if k in candidates:
+                    key = k
+                    break
+            else:  # every key of the kept prefix is busy: a longer one
+                entries = self.victims.deepen(self.vscore, self.penalty, self.last_use)
+                if entries is None:
+                    return None  # every key busy
         if not demand and self.margin is not None and not self._admits(incoming, key):
             # A diagnostic count of the declines answered (describe()); no decision reads it.
             self.stats["admission_declined"] += 1
@@ -318,6 +327,7 @@ class FMoE(System):
     def on_evict(self, key, now_ms):
         self.resident[key] = False
         self.vscore[key] = np.inf
+        self.victims.update(key, np.inf, int(self.last_use[key]))
 
     def on_step_end(self, iteration, now_ms):
         """Predict the next decode step's first d layers for the requests that continue."""

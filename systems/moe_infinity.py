@@ -34,20 +34,24 @@ import numpy as np
 
 from core.knobs import bool_knob, float_knob, int_knob
 from systems.base import HISTORY_CAP, System
-from systems.eamc import EAMC, request_eams, top_ranked
+from systems.eamc import EAMC, ranked_keys, request_eams
+
+_RESIDENT = 2**62  # gate value of a resident key: above every iteration index
 
 
 class RequestState:
     """One running request: its EAM, the query EAM and its dot products with the collection."""
 
-    __slots__ = ("eam", "own", "own_var", "mix", "q", "q_keys", "q_iter", "dots", "norm2",
-                 "version", "best", "best_cos")
+    __slots__ = ("eam", "own", "own_var", "mix", "keep2", "mix2", "q", "q_keys", "q_iter",
+                 "dots", "norm2", "version", "best", "best_cos")
 
     def __init__(self, num_keys: int, n_slots: int, iteration_query: bool = False):
         self.eam = np.zeros(num_keys)  # flattened [L*E] token counts of the request so far
         self.own = np.zeros(num_keys)  # the same, row-normalised per layer
         self.own_var = np.zeros(num_keys)  # binomial variance of each own share, s (1 - s) / n
         self.mix = np.zeros(num_keys)  # own_weight on the layers the request has reached, else 0
+        self.keep2 = np.ones(num_keys)  # (1 - mix)^2 and mix^2, the blend's variance weights
+        self.mix2 = np.zeros(num_keys)
         # The query: this iteration's counts only (reset per iteration) or the request's EAM.
         self.q = np.zeros(num_keys) if iteration_query else self.eam
         self.q_keys: list[int] = []  # keys with counts in an iteration-level q
@@ -91,6 +95,8 @@ class MoEInfinity(System):
         self.resident = np.zeros(L * E, dtype=bool)
         self.n_resident = 0
         self.score = np.zeros(L * E)  # predicted reuse per key (max over active requests)
+        # [L*E] score where resident, else inf (None: to rebuild); _lowest's argmin reads it
+        self._masked: np.ndarray | None = None
         self.var = np.zeros(L * E)  # its variance (max over active requests)
         # slots -> predicted EAM and its variance (this collection version)
         self._pred_memo: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
@@ -105,7 +111,9 @@ class MoEInfinity(System):
         self.topo = released_layer_factor(L, E) if self.freq_decay_eviction else None
         self.layer_now = 0
         self.it_now = 0  # the running iteration's index
-        self.evicted_it = np.full(L * E, -2)  # [L*E] iteration of each key's last eviction
+        # [L*E] _propose skips a key while gate >= it_now - 1: _RESIDENT while resident, then
+        # its eviction's iteration (refetch_guard) or -2 (never blocks)
+        self.gate = np.full(L * E, -2)
 
     def warmup(self, calibration):
         for eam in request_eams(calibration):
@@ -162,13 +170,17 @@ class MoEInfinity(System):
                 eam[key] += cnt
                 st.q_keys.append(key)
         st.norm2 += d
-        if self.own_weight > 0:
+        w = self.own_weight
+        if w > 0:
             row = eam[base:base + E]
             n = float(row.sum())
             share = row * (1.0 / n)
             st.own[base:base + E] = share
             st.own_var[base:base + E] = share * (1.0 - share) * (1.0 / n)
-            st.mix[base:base + E] = self.own_weight
+            if st.mix[base] != w:  # the request reaches this layer for the first time
+                st.mix[base:base + E] = w
+                st.keep2[base:base + E] = (1.0 - w) * (1.0 - w)
+                st.mix2[base:base + E] = w * w
         if c.n:
             # cosine over the layers the query has seen: 0..layer, or all once a request-level
             # query decodes (the prefill filled every layer)
@@ -186,7 +198,7 @@ class MoEInfinity(System):
         if self.match_top == 1:
             st.best = (int(scaled.argmax()),)
         else:
-            st.best = tuple(top_ranked(np.arange(c.n), scaled, self.match_top).tolist())
+            st.best = tuple(ranked_keys(scaled[:c.n], self.match_top))
         st.best_cos = float(scaled[st.best[0]]) / math.sqrt(st.norm2)
         self.matches += 1
         self.best_cos_sum += st.best_cos
@@ -195,13 +207,13 @@ class MoEInfinity(System):
         # (1 - w) * P + w * own on the layers the request has reached; P alone on the others,
         # where its own EAM has no counts yet (blending those zeros would halve their reuse).
         # Variance of the blend: (1 - w)^2 var(P) + w^2 var(own), the two estimates independent.
+        self._masked = None  # the scores change below
         preds = []
         for st in self.active.values():
             if st.best:
                 p, v = self._predicted(st.best)
-                keep = 1.0 - st.mix
-                preds.append((p + st.mix * (st.own - p),
-                              keep * keep * v + st.mix * st.mix * st.own_var))
+                # keep2 = (1 - mix)^2, mix2 = mix^2: the same products, kept per request
+                preds.append((p + st.mix * (st.own - p), st.keep2 * v + st.mix2 * st.own_var))
         if not preds:
             if self._prior is None and self.eamc.n:
                 self._prior = self.eamc.predicted()  # the whole collection, before a match
@@ -226,21 +238,38 @@ class MoEInfinity(System):
     def _lowest(self, rank: np.ndarray, candidates=None) -> int:
         """Resident key with the lowest rank (ties: lowest key), among `candidates` if given;
         -1 if none."""
-        masked = np.where(self.resident, rank, np.inf)
+        if self.freq_decay_eviction:  # that rank changes with every access: no cache
+            masked = np.where(self.resident, rank, np.inf)
+        else:
+            masked = self._masked
+            if masked is None:
+                masked = self._masked = np.where(self.resident, rank, np.inf)
+        skipped = []
+        key = -1
         while True:
-            key = int(np.argmin(masked))
-            if masked[key] == np.inf:
-                return -1
-            if candidates is None or key in candidates:
-                return key
-            masked[key] = np.inf  # in use by the running layer or still in flight
+            k = int(masked.argmin())
+            if masked[k] == np.inf:
+                break
+            if candidates is None or k in candidates:
+                key = k
+                break
+            skipped.append((k, masked[k]))
+            masked[k] = np.inf  # in use by the running layer or still in flight
+        for k, value in skipped:  # restored: the cache stays the resident ranks
+            masked[k] = value
+        return key
 
     def _admits(self, incoming, victim: int):
         """Hysteresis: a prefetch of `incoming` (a key, or slice(None) for every key at once)
         displaces `victim` only if its predicted reuse exceeds the victim's by more than
         `admit_margin` standard errors of the difference, sqrt(var_in + var_victim)."""
-        gap = self.score[incoming] - self.score[victim]
-        return gap > self.admit_margin * np.sqrt(self.var[incoming] + self.var[victim])
+        if isinstance(incoming, slice):
+            gap = self.score - self.score[victim]
+            return gap > self.admit_margin * np.sqrt(self.var + self.var[victim])
+        # one key: python floats, the same IEEE operations as the vector form
+        gap = float(self.score[incoming]) - float(self.score[victim])
+        return gap > self.admit_margin * math.sqrt(float(self.var[incoming])
+                                                   + float(self.var[victim]))
 
     def _propose(self, layer: int) -> None:
         """Queue non-resident experts by P * (1 - d/L), highest first, ties by lowest key.
@@ -251,15 +280,14 @@ class MoEInfinity(System):
         if not self.prefetch:
             return
         prio = self.score * self.weight[layer + 1]
-        blocked = self.resident.copy()
-        if self.refetch_guard:  # evicted just now: prefetching it back would be churn
-            blocked |= self.evicted_it >= self.it_now - 1
+        # not resident and, with refetch_guard, not evicted in this or the previous iteration
+        ok = self.gate < self.it_now - 1
+        ok &= prio > 0
         if self.n_resident >= self.ctx.capacity_slots:
             victim = self._lowest(self._rank())
             if victim >= 0:
-                blocked |= ~self._admits(slice(None), victim)
-        prio[blocked] = 0.0
-        self.proposal = top_ranked(np.flatnonzero(prio > 0), prio, self.max_proposal).tolist()
+                ok &= self._admits(slice(None), victim)
+        self.proposal = ranked_keys(prio, self.max_proposal, np.flatnonzero(ok))
 
     # ---- engine hooks ---------------------------------------------------------------------
     def on_request_start(self, request, now_ms):
@@ -303,14 +331,19 @@ class MoEInfinity(System):
         return victim
 
     def on_evict(self, key, now_ms):
+        if self._masked is not None:
+            self._masked[key] = np.inf
         self.resident[key] = False
         self.n_resident -= 1
         self.freq[key] = 0.0
-        self.evicted_it[key] = self.it_now
+        self.gate[key] = self.it_now if self.refetch_guard else -2
 
     def on_load(self, key, demand, now_ms):
+        if self._masked is not None:
+            self._masked[key] = self.score[key]
         self.resident[key] = True
         self.n_resident += 1
+        self.gate[key] = _RESIDENT
 
     def on_request_end(self, request, now_ms):
         st = self.active.pop(request.index)

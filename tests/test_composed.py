@@ -19,6 +19,7 @@ from core.specs import SpecError
 from core.targets import build_target
 from core.view import IterationInfo, SystemContext
 from harness.runner.config import compose_config
+from harness.runner.parquet_io import read_tables
 from harness.runner.run import run_config
 from harness.sim.recorder import PREFETCH
 from systems.admission import Admission
@@ -50,12 +51,8 @@ def _run(tmp_path, overrides, name):
 def _tables(run_dir: str) -> dict:
     """{table: {column: raw bytes of its values}}: NaN (an expert never evicted) compares
     equal to NaN, unlike in a list of floats."""
-    out = {}
-    for name in ("accesses", "tokens", "transfers"):
-        t = pq.read_table(Path(run_dir) / f"{name}.parquet")
-        out[name] = {c: np.ascontiguousarray(t.column(c).to_numpy()).tobytes()
-                     for c in t.column_names if c not in ("run_id", "request_id")}
-    return out
+    return {name: {c: np.ascontiguousarray(v).tobytes() for c, v in cols.items()}
+            for name, cols in read_tables(Path(run_dir)).items()}
 
 
 @pytest.mark.parametrize("setting", sorted(SETTINGS))

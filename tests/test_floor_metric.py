@@ -5,10 +5,10 @@ exactly its stall, so no engine code is needed to check it."""
 from __future__ import annotations
 
 import numpy as np
-import pyarrow.parquet as pq
 import pytest
 
 from harness.runner.config import compose_config
+from harness.runner.parquet_io import read_tables
 from harness.runner.run import run_config
 
 TINY = ["workload.num_requests=4", "workload.prompt_len=16", "workload.output_len=4",
@@ -36,12 +36,9 @@ def run(request, tmp_path_factory):
     assert result["status"] == "valid", result["reason"]
     run_dir = out / "default" / name
 
-    def columns(table):
-        t = pq.read_table(run_dir / f"{table}.parquet")
-        return {c: t.column(c).to_numpy() for c in t.column_names}
-
-    return {"name": name, "m": result["metrics"], "acc": columns("accesses"),
-            "tok": columns("tokens")}
+    tables = read_tables(run_dir)
+    return {"name": name, "m": result["metrics"], "acc": tables["accesses"],
+            "tok": tables["tokens"]}
 
 
 def test_compute_floor_is_tpot_without_the_stalls(run):

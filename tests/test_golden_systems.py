@@ -23,6 +23,7 @@ import numpy as np
 import pytest
 
 from harness.runner.config import compose_config, system_names
+from harness.runner.parquet_io import read_tables
 from harness.runner.run import run_config
 
 GOLDEN = Path(__file__).with_name("golden") / "system_summaries.json"
@@ -40,17 +41,16 @@ PER_SYSTEM = {"moe_infinity": ["system.eamc_capacity=5"], "fmoe": ["system.store
 
 
 def table_sha(run_dir: Path) -> str:
-    """sha256 over the three parquet tables' columns (values, not file bytes)."""
-    import pyarrow.parquet as pq
-
+    """sha256 over the three tables' full columns as the files' reader returns them (values
+    and dtypes, not file bytes): the files of schema 1.0 held every column, those of 2.0 hold
+    the stored ones, so the unchanged hashes prove the derived columns are recomputed
+    exactly."""
     h = hashlib.sha256()
+    tables = read_tables(run_dir)
     for name in ("accesses", "tokens", "transfers"):
-        table = pq.read_table(run_dir / f"{name}.parquet")
-        for col in sorted(table.column_names):
-            if col in ("run_id", "request_id"):
-                continue
+        for col in sorted(tables[name]):
             h.update(col.encode())
-            h.update(np.ascontiguousarray(table.column(col).to_numpy()).tobytes())
+            h.update(np.ascontiguousarray(tables[name][col]).tobytes())
     return h.hexdigest()
 
 

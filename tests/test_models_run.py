@@ -5,11 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-import pyarrow.parquet as pq
 import pytest
 
 from core.specs import model_spec_from_dict
 from harness.runner.config import compose_config
+from harness.runner.parquet_io import read_tables
 from harness.runner.run import run_config
 
 MODELS = sorted(p.stem for p in (Path(__file__).parent.parent / "conf" / "model").glob("*.yaml"))
@@ -24,7 +24,7 @@ def test_model_runs_and_touches_only_the_right_layers(model, tmp_path):
     result = run_config(cfg)
     assert result["status"] == "valid", result["reason"]
     spec = model_spec_from_dict(cfg["model"])
-    acc = pq.read_table(Path(result["_run_dir"]) / "accesses.parquet").to_pydict()
+    acc = read_tables(Path(result["_run_dir"]))["accesses"]
     layers, prefill = np.array(acc["layer"]), np.array(acc["prefill"])
     stacks = np.array(spec.moe_layer_stacks)
     # Encoder MoE layers run only in the prefill (the encoder sees the prompt once); every

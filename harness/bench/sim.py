@@ -83,6 +83,7 @@ def child(system_name: str, requests: int, max_batch: int, repeats: int, check: 
     from harness.sim.engine import Engine
     from harness.sim.memory import plan_memory
     from harness.sim.metrics import summarize
+    from harness.sim.tables import full_tables
     from systems.base import System
 
     # No on-disk trace cache: every child generates its trace, so generation is timed alike.
@@ -120,9 +121,9 @@ def child(system_name: str, requests: int, max_batch: int, repeats: int, check: 
         if calib is not None:
             _, parts["warmup_s"] = _cpu(lambda: system.warmup(calib))
         rec, parts["run_s"] = _cpu(engine.run)
-        tables, parts["tables_s"] = _cpu(rec.tables)
+        tables, parts["tables_s"] = _cpu(rec.stored_tables)  # as harness/runner/run.py
         metrics, parts["summarize_s"] = _cpu(lambda: summarize(
-            tables, trace.arrival_ms, model.expert_bytes, *slo))
+            full_tables(tables), trace.arrival_ms, model.expert_bytes, *slo))
         parts["total_s"] = time.process_time() - t0
         return parts, {"tables": tables, "metrics": metrics}, rec.num_accesses
 
@@ -166,9 +167,11 @@ def child(system_name: str, requests: int, max_batch: int, repeats: int, check: 
 
 def _check(cfg, build_target, System, one_run, ref_counts: dict) -> dict:
     """Hit / miss counts of `system=lru system.prefetch=false` per phase vs the reference."""
+    from harness.sim.tables import full_tables
+
     node = dict(cfg["system"], prefetch=False)
     _, last, _ = one_run(build_target(node, "system", System))
-    acc = last["tables"]["accesses"]
+    acc = full_tables(last["tables"])["accesses"]
     cls, prefill = acc["class"], acc["prefill"].astype(bool)
     engine = {}
     for phase, mask in (("decode", ~prefill), ("prefill", prefill)):

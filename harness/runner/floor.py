@@ -28,7 +28,7 @@ def compute_floor_ms(model, hw, trace, max_batch: int) -> float | None:
     if key not in _MEMO:
         engine = Engine(model, SimBackend(model, hw), trace, NoOffload(),
                         model.total_expert_bytes, max_batch)
-        tokens = engine.run().tables()["tokens"]
+        tokens = engine.run().stored_tables()["tokens"]  # only tokens: no access columns
         tpot = request_latencies(tokens, trace.arrival_ms)["tpot_ms"]
         tpot = tpot[~np.isnan(tpot)]
         _MEMO[key] = float(np.mean(tpot)) if len(tpot) else None

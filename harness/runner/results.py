@@ -1,4 +1,6 @@
-"""Result files: result.json (schema v1) and per-access / per-token / per-transfer parquet.
+"""Result files: result.json (schema v1) and per-access / per-token / per-transfer parquet
+(schema 2.0: stored columns only; `read_tables` returns the full tables, harness/runner/
+parquet_io.py).
 
 A run directory is written whole into a hidden temporary sibling and swapped into place in
 one step (core/atomic.py), so a failed or killed run leaves no partial result behind and
@@ -26,19 +28,18 @@ import traceback
 from datetime import UTC, datetime
 from pathlib import Path
 
-import numpy as np
-
 from core.atomic import atomic_dir
+from harness.runner.parquet_io import write_tables
 
 RESULT_SCHEMA_VERSION = "1.0"
-PARQUET_SCHEMA_VERSION = "1.0"
 # Config keys that change where or how a run is shown, not what it computes.
 # logger reports a finished run (harness/runner/logger.py); resume, timeout_s and
 # blas_threads decide whether and how a run executes, save_rows which
 # files it keeps, trace_cache_dir where generated traces are kept (harness/runner/
 # trace_cache.py); none changes a metric (harness/runner/guard.py).
 NON_SEMANTIC_KEYS = ("progress", "results_dir", "run_name", "experiment_name", "logger",
-                     "resume", "timeout_s", "save_rows", "blas_threads", "trace_cache_dir")
+                     "resume", "timeout_s", "save_rows", "blas_threads", "trace_cache_dir",
+                     "time_policy")
 # error.kind of a failure record: a value the run's checks refused, the wall-clock limit, or
 # anything else raised inside the job (MemoryError included)
 FAILURE_KINDS = ("input", "timeout", "exception")
@@ -57,36 +58,15 @@ def config_hash(config: dict) -> str:
     return hashlib.sha256(canonical_json(semantic).encode()).hexdigest()
 
 
-def _parquet(columns: dict[str, np.ndarray], path: Path, schema_name: str, run_id: str,
-             request_ids: list[str] | None) -> None:
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    n = len(next(iter(columns.values()))) if columns else 0
-    arrays = {"run_id": pa.array([run_id] * n, type=pa.string())}
-    if request_ids is not None and "request" in columns:
-        # The trace's request id for each row, dictionary-encoded (a few bytes per row).
-        arrays["request_id"] = pa.DictionaryArray.from_arrays(
-            pa.array(columns["request"], type=pa.int32()), pa.array(request_ids, pa.string()))
-    arrays.update({k: pa.array(v) for k, v in columns.items()})
-    table = pa.table(arrays)
-    table = table.replace_schema_metadata({
-        b"moebench.schema": schema_name.encode(),
-        b"moebench.schema_version": PARQUET_SCHEMA_VERSION.encode()})
-    pq.write_table(table, path, compression="zstd")
-
-
-def write_run(run_dir: Path, result: dict, tables: dict | None,
+def write_run(run_dir: Path, result: dict, stored: dict | None,
               request_ids: list[str] | None = None) -> Path:
-    """Write result.json (+ parquet tables) into a temporary sibling, then swap it in."""
+    """Write result.json (+ the parquet files of the stored tables, `Recorder.
+    stored_tables()`) into a temporary sibling, then swap it in."""
     run_dir = Path(run_dir)
     save_rows = (result.get("config") or {}).get("save_rows", True)
     with atomic_dir(run_dir) as tmp:
-        if tables is not None:
-            run_id = result["run_id"]
-            for name in ("accesses", "tokens", "transfers") if save_rows else (
-                    "tokens", "transfers"):
-                _parquet(tables[name], tmp / f"{name}.parquet", name, run_id, request_ids)
+        if stored is not None:
+            write_tables(tmp, stored, result["run_id"], request_ids, save_rows)
         if os.environ.get(PAUSE_ENV):
             time.sleep(float(os.environ[PAUSE_ENV]))
         text = json.dumps(result, sort_keys=True, indent=1, ensure_ascii=True, allow_nan=False)

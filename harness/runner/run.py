@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -29,6 +30,7 @@ from harness.sim.backend_sim import SimBackend
 from harness.sim.engine import Engine, EngineError
 from harness.sim.memory import plan_memory
 from harness.sim.metrics import spec_recall, summarize
+from harness.sim.tables import full_tables
 from systems.base import System
 
 _TRACE_MEMO: dict[str, Trace] = {}  # multirun jobs in one process share generated traces
@@ -92,12 +94,13 @@ def _trace_info(tr: Trace | None, system: System | None = None) -> dict | None:
     return info
 
 
-def _engine(model, hw, trace, system, plan, max_batch: int, progress: bool) -> Engine:
+def _engine(model, hw, trace, system, plan, max_batch: int, cfg) -> Engine:
     """Build the engine, which binds the system: a knob out of range for this model or budget
     is an input error (exit 2, nothing written), not a failed run."""
     try:
         return Engine(model, SimBackend(model, hw), trace, system, plan.expert_cache_bytes,
-                      max_batch, progress=progress)
+                      max_batch, progress=cfg["progress"],
+                      time_policy=bool(cfg.get("time_policy", False)))
     except KnobError as exc:
         raise SpecError(f"system.{exc}") from exc
 
@@ -147,7 +150,7 @@ def run_config(cfg: dict) -> dict:
         if system.needs_calibration():
             calib = _check_shape(
                 load_routing(cfg, model, "calibration", cfg["calibration_requests"]), model)
-        engine = _engine(model, hw, trace, system, plan, max_batch, cfg["progress"])
+        engine = _engine(model, hw, trace, system, plan, max_batch, cfg)
     with RunLock(run_dir):
         if engine is not None:
             try:
@@ -155,6 +158,12 @@ def run_config(cfg: dict) -> dict:
                     t_warm = time.perf_counter()
                     system.warmup(calib)
                     warmup_s = time.perf_counter() - t_warm
+                # Metrics of the trace alone before this run, so that their transient arrays
+                # (the floor's replay, freed with its engine's cycles; the guesses' rows) are
+                # not held beside this run's filled recorder.
+                floor_ms = compute_floor_ms(model, hw, trace, max_batch)
+                gc.collect()
+                recall = spec_recall(trace) if "spec_topk" in system.uses_fields else None
                 t_run = time.perf_counter()
                 rec = engine.run()
                 run_s = time.perf_counter() - t_run
@@ -162,15 +171,16 @@ def run_config(cfg: dict) -> dict:
                 result["status"], result["reason"] = "failed", f"{type(exc).__name__}: {exc}"
                 result["error"] = error_info(exc, "exception")  # as in a failure record
             else:
-                tables = rec.tables()
-                result["metrics"] = summarize(tables, trace.arrival_ms, model.expert_bytes,
-                                              float(cfg["slo_ttft_ms"]),
+                # Stored columns (views of the recorder's arrays); the summary computes only
+                # the derived columns it reads, dropped before the files are written.
+                tables = rec.stored_tables()
+                result["metrics"] = summarize(full_tables(tables), trace.arrival_ms,
+                                              model.expert_bytes, float(cfg["slo_ttft_ms"]),
                                               float(cfg["slo_tpot_ms"]))
                 result["metrics"]["peak_expert_cache_bytes"] = int(rec.peak_cache_bytes)
-                result["metrics"]["spec_recall"] = (  # null unless the system reads guesses
-                    spec_recall(trace) if "spec_topk" in system.uses_fields else None)
+                result["metrics"]["spec_recall"] = recall  # null unless the system reads guesses
                 m = result["metrics"]  # the TPOT with every expert resident, no stall
-                m["compute_floor_ms"] = compute_floor_ms(model, hw, trace, max_batch)
+                m["compute_floor_ms"] = floor_ms
                 m["headroom"] = headroom(m["tpot_ms"]["mean"], m["compute_floor_ms"])
                 # Diagnostics that are not per-access facts (not in the parquet files).
                 result["engine"] = {"prefetches_dropped": int(rec.prefetch_dropped)}

@@ -107,6 +107,7 @@ def check_run_config(cfg: dict) -> Path:
     checks.number(cfg.get("expert_cache_gb"), "expert_cache_gb", lo=0, lo_open=True,
                   null="what GPU memory leaves", error=SpecError)
     checks.boolean(cfg.get("progress"), "progress", error=SpecError)
+    checks.boolean(cfg.get("time_policy", False), "time_policy", error=SpecError)
     for key in ("resume", "save_rows"):  # sweep keys (README "Sweeps"); absent: true
         checks.boolean(cfg.get(key, True), key, error=SpecError)
     checks.number(cfg.get("timeout_s"), "timeout_s", lo=0, lo_open=True, null="no limit",

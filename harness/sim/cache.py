@@ -49,6 +49,8 @@ class ExpertCache:
         return t is not None and t <= now_ms and key not in self.in_use
 
     def candidates(self, now_ms: float) -> Candidates:
+        """A view of the keys evictable at `now_ms` (the copy engine keeps one and moves it
+        with `at`, so a system must not keep it past the call it was given in)."""
         return Candidates(self, now_ms)
 
     # ---- mutations --------------------------------------------------------------------------
@@ -64,7 +66,8 @@ class ExpertCache:
 
     def evict(self, key: int, now_ms: float) -> int:
         """Remove a ready key not in use; returns the id of the copy that had loaded it."""
-        if not self.evictable(key, now_ms):
+        t = self.ready_ms.get(key)
+        if t is None or t > now_ms or key in self.in_use:
             state = ("absent" if key not in self.ready_ms else
                      "in use" if key in self.in_use else "in flight")
             raise CacheError(f"cannot evict expert key {key}: {state}")
@@ -90,33 +93,35 @@ class Candidates:
     so a policy with its own order (e.g. LRU) should walk its order and test membership.
     """
 
-    __slots__ = ("_cache", "_now")
+    __slots__ = ("_cache", "now_ms", "full")
 
     def __init__(self, cache: ExpertCache, now_ms: float):
-        self._cache, self._now = cache, now_ms
+        self._cache = cache
+        # The instant, and True when no slot is free (a load must name a victim). The copy
+        # engine keeps one view and sets both before each load.
+        self.now_ms = now_ms
+        self.full = cache.is_full()
 
     def __contains__(self, key: int) -> bool:
         cache = self._cache
         t = cache.ready_ms.get(key)
-        return t is not None and t <= self._now and key not in cache.in_use
+        return t is not None and t <= self.now_ms and key not in cache.in_use
 
     def first_of(self, keys) -> int | None:
         """The first evictable key of `keys` (a policy's priority order), or None."""
-        cache, now = self._cache, self._now
+        cache, now = self._cache, self.now_ms
         ready_ms, in_use = cache.ready_ms, cache.in_use
         for key in keys:
-            t = ready_ms.get(key)
-            if t is not None and t <= now and key not in in_use:
-                return key
+            # the set test first: a prefill layer's own keys are mostly in use
+            if key not in in_use:
+                t = ready_ms.get(key)
+                if t is not None and t <= now:
+                    return key
         return None
 
     def __iter__(self):
-        return iter(sorted(k for k in self._cache.ready_ms if self._cache.evictable(k, self._now)))
+        cache, now = self._cache, self.now_ms
+        return iter(sorted(k for k in cache.ready_ms if cache.evictable(k, now)))
 
     def __len__(self) -> int:
         return sum(1 for _ in self)
-
-    @property
-    def full(self) -> bool:
-        """True when no slot is free: a load must name a victim."""
-        return self._cache.is_full()

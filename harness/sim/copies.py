@@ -9,12 +9,10 @@ has `load_expert(key, kind)` / `evict_expert(key)`; the simulator has neither.
 
 from __future__ import annotations
 
-import time
 from collections import deque
 
 from harness.sim.cache import CacheError
 from harness.sim.recorder import DEMAND, PREFETCH, PRELOAD
-from systems.base import System
 
 
 class EngineError(RuntimeError):
@@ -22,16 +20,21 @@ class EngineError(RuntimeError):
 
 
 class CopyEngine:
-    def __init__(self, system: System, cache, rec, backend, n_keys: int):
-        self.system, self.cache, self.rec, self.n_keys = system, cache, rec, n_keys
-        self.queue: deque[tuple[int, float]] = deque()  # (key, proposed_ms) prefetches
+    def __init__(self, hooks, cache, rec, backend, n_keys: int):
+        self.system = hooks.system  # its name and prefetch flag; calls go through `hooks`
+        self.hooks, self.cache, self.rec, self.n_keys = hooks, cache, rec, n_keys
+        # Queued prefetch keys; set_queue replaces the whole queue, so they share one
+        # proposal time (`queue_ms`).
+        self.queue: deque[int] = deque()
+        self.queue_ms = 0.0
         self.copy_free_ms = 0.0
         self.copy_ms = backend.expert_copy_ms
-        self.policy_s = 0.0  # wall time inside the system's hooks called from here
         # system.prefetch=false: propose_prefetch is never asked, the queue stays empty
-        self.asks = bool(system.prefetch)
-        self._wants_load = type(system).on_load is not System.on_load
-        self._wants_evict = type(system).on_evict is not System.on_evict
+        self.asks = bool(self.system.prefetch)
+        self._choose = hooks.choose_victim
+        self._on_load = hooks.on_load if hooks.wants_load else None
+        self._on_evict = hooks.on_evict if hooks.wants_evict else None
+        self._view = cache.candidates(0.0)  # one view, moved to each load's instant
         # Real backends move weights; the simulator has no such hooks (None: no call).
         self._load_fn = getattr(backend, "load_expert", None)
         self._evict_fn = getattr(backend, "evict_expert", None)
@@ -39,24 +42,22 @@ class CopyEngine:
     def load(self, key: int, kind: int, proposed: float, issue: float, start: float) -> bool:
         """Ask the system for a victim, evict it, reserve the slot, commit the copy.
         False: no victim while the cache is full (nothing changed)."""
-        t0 = time.perf_counter()
-        victim = self.system.choose_victim(self.cache.candidates(issue), key, kind == DEMAND,
-                                           issue)
-        self.policy_s += time.perf_counter() - t0
+        view, cache = self._view, self.cache
+        view.now_ms = issue
+        view.full = full = len(cache.ready_ms) >= cache.capacity_slots
+        victim = self._choose(view, key, kind == DEMAND, issue)
         if victim is None:
-            if self.cache.is_full():
+            if full:
                 return False
         else:
             self._evict(victim, key, issue)
         ready = start + self.copy_ms
-        self.cache.reserve(key, ready, self.rec.transfer(key, kind, proposed, issue, start, ready))
+        cache.reserve(key, ready, self.rec.transfer(key, kind, proposed, issue, start, ready))
         if self._load_fn is not None:
             self._load_fn(key, kind)
         self.copy_free_ms = ready
-        if self._wants_load:
-            t0 = time.perf_counter()
-            self.system.on_load(key, kind == DEMAND, issue)
-            self.policy_s += time.perf_counter() - t0
+        if self._on_load is not None:
+            self._on_load(key, kind == DEMAND, issue)
         return True
 
     def _evict(self, victim: int, incoming: int, now: float) -> None:
@@ -68,10 +69,8 @@ class CopyEngine:
         self.rec.evicted(tid, now)
         if self._evict_fn is not None:
             self._evict_fn(victim)
-        if self._wants_evict:
-            t0 = time.perf_counter()
-            self.system.on_evict(victim, now)
-            self.policy_s += time.perf_counter() - t0
+        if self._on_evict is not None:
+            self._on_evict(victim, now)
 
     def demand(self, key: int, now: float) -> bool:
         """A demand fetch issued at `now`, starting when the link is free."""
@@ -80,13 +79,12 @@ class CopyEngine:
 
     def advance(self, t: float) -> None:
         """Start queued prefetches whose start time is <= t, in queue order."""
-        q, ready_ms = self.queue, self.cache.ready_ms
+        q, ready_ms, proposed = self.queue, self.cache.ready_ms, self.queue_ms
         while q:
-            key, proposed = q[0]
             start = self.copy_free_ms if self.copy_free_ms > proposed else proposed
             if start > t:
                 return
-            q.popleft()
+            key = q.popleft()
             if key in ready_ms:
                 continue
             if not self.load(key, PREFETCH, proposed, start, start):
@@ -98,9 +96,7 @@ class CopyEngine:
         None keeps the queue."""
         if not self.asks:
             return
-        t0 = time.perf_counter()
-        proposal = self.system.propose_prefetch(now)
-        self.policy_s += time.perf_counter() - t0
+        proposal = self.hooks.propose_prefetch(now)
         if proposal is not None:
             self.set_queue(proposal, now)
 
@@ -111,7 +107,8 @@ class CopyEngine:
             raise EngineError(f"system {self.system.name} proposed invalid expert keys "
                               f"{bad} (valid: 0..{self.n_keys - 1})")
         ready_ms = self.cache.ready_ms
-        self.queue = deque([(k, now) for k in proposal if k not in ready_ms])
+        self.queue = deque([k for k in proposal if k not in ready_ms])
+        self.queue_ms = now
 
     def preload(self, keys) -> float:
         """Timed copies back to back from 0 (docs/engine.md, "Preloads"); the last ready ms."""

@@ -28,6 +28,7 @@ from core.view import IterationInfo, RequestInfo, RoutingView, SystemContext
 from harness.sim.cache import ExpertCache
 from harness.sim.copies import CopyEngine, EngineError
 from harness.sim.executor import SimExecutor
+from harness.sim.hooks import Hooks
 from harness.sim.recorder import Recorder
 from harness.sim.step import LayerStep
 from systems.base import System
@@ -37,7 +38,7 @@ __all__ = ["Engine", "EngineError"]
 
 class Engine:
     def __init__(self, model, backend, trace, system: System, capacity_bytes: int,
-                 max_batch: int = 1, progress: bool = False):
+                 max_batch: int = 1, progress: bool = False, time_policy: bool = False):
         if trace.num_layers != model.num_moe_layers or trace.num_experts != model.num_experts:
             raise EngineError(f"trace shape (L={trace.num_layers}, E={trace.num_experts}) does "
                               f"not match model {model.name} (L={model.num_moe_layers}, "
@@ -50,14 +51,10 @@ class Engine:
         self.max_batch, self.progress = max_batch, progress
         self.E, self.L = model.num_experts, model.num_moe_layers
         self.rec = Recorder(model.expert_bytes)
-        self.copies = CopyEngine(system, self.cache, self.rec, backend, self.E * self.L)
-        self.index = BlockIndex(trace)
-        self.step = LayerStep(self.index, RoutingView(self.index), system, self.copies,
-                              self.cache, self.rec, SimExecutor(backend), self.E)
-        self._policy_s = 0.0  # wall time inside the hooks called from here
         self._driver = None
         self._live_iter = None  # live: (IterationInfo, members) of the running iteration
-        # Bind now, so a history-based system can use its context in warmup().
+        # Bind now, so a history-based system can use its context in warmup(); the hooks
+        # are taken after it, since bind may route a hook straight to a part (composed).
         t0 = time.perf_counter()
         system.bind(SystemContext(
             num_layers=self.L, num_experts=self.E, top_k=trace.top_k,
@@ -67,12 +64,19 @@ class Engine:
             trace_fields=tuple(f for f in ("weights", "probs", "spec_topk", "embeddings",
                                            "prompts") if f not in trace.missing_fields()),
             trace=trace if system.oracle else None))
-        self._policy_s += time.perf_counter() - t0
+        self._bind_s = time.perf_counter() - t0
+        # time_policy: each hook call is timed into policy_s (off: plain bound methods)
+        self.hooks = Hooks(system, time_policy)
+        self.copies = CopyEngine(self.hooks, self.cache, self.rec, backend, self.E * self.L)
+        self.index = BlockIndex(trace)
+        self.step = LayerStep(self.index, RoutingView(self.index), self.hooks, self.copies,
+                              self.cache, self.rec, SimExecutor(backend), self.E)
 
     @property
-    def policy_s(self) -> float:
-        """Wall seconds spent inside the system's hooks (bind included)."""
-        return self._policy_s + self.copies.policy_s + self.step.policy_s
+    def policy_s(self) -> float | None:
+        """Wall seconds spent inside the system's hooks (bind included); None unless the
+        engine was built with time_policy=True."""
+        return self._bind_s + self.hooks.policy_s if self.hooks.timed else None
 
     # ---- main loop --------------------------------------------------------------------------
     def run(self, driver=None) -> Recorder:
@@ -108,15 +112,12 @@ class Engine:
     def _tell_requests(self, what: str, requests, now: float) -> None:
         """on_request_start for (request, step) members; on_request_end for finished
         requests (each followed by a cache invariant check)."""
-        system = self.system
+        hooks = self.hooks
         for item in requests:
-            t0 = time.perf_counter()
             if what == "start":
-                system.on_request_start(self._request(item[0]), now)
-                self._policy_s += time.perf_counter() - t0
+                hooks.on_request_start(self._request(item[0]), now)
             else:
-                system.on_request_end(self._request(item), now)
-                self._policy_s += time.perf_counter() - t0
+                hooks.on_request_end(self._request(item), now)
                 self.cache.check_invariants()
 
     def _request(self, r: int) -> RequestInfo:
@@ -170,9 +171,7 @@ class Engine:
         """Start due prefetches, record the iteration, tell the system, take its proposal."""
         self.copies.advance(now)
         self.rec.iteration(info.index, info.kind, start, now, members)
-        t0 = time.perf_counter()
-        self.system.on_step_end(info, now)
-        self._policy_s += time.perf_counter() - t0
+        self.hooks.on_step_end(info, now)
         self.copies.ask(now)
         return now
 

@@ -19,6 +19,10 @@ from harness.sim.recorder import HIT
 class Executor:
     """Base: subclasses define run(); run_ready() is the generic loop over it."""
 
+    # tokens -> expert call ms where the duration is a pure cost model (the layer step then
+    # inlines `run`: start = max(ready, now), end = start + memo[count]); None: call run().
+    memo = None
+
     def run(self, expert: int, count: int, ready_ms: float, now_ms: float):
         raise NotImplementedError
 

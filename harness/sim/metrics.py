@@ -7,6 +7,8 @@ import numpy as np
 from core.blocks import next_layer_rows
 from harness.sim.recorder import DEMAND, HIT, LATE, MISS, PREFETCH, PRELOAD
 
+_QUERIES = 1 << 20  # churn queries per step (bounds its temporaries to ~50 MB)
+
 
 def _stats(values: np.ndarray) -> dict:
     if len(values) == 0:
@@ -127,20 +129,22 @@ def prefetch_churn(transfers: dict, tokens: dict) -> np.ndarray:
     rank_shift = np.repeat(bounds[it] - np.cumsum(members) + members, members)
     prev_it = _previous_iteration(tokens)[by_it[rank_shift + np.arange(len(q_pref))]]
     q_pref = np.concatenate([np.arange(len(pref)), q_pref[prev_it >= 0]])
-    q_win = np.concatenate([it, prev_it[prev_it >= 0]])
-    q_key = key[pref][q_pref]
+    q_win_all = np.concatenate([it, prev_it[prev_it >= 0]])
     # "An eviction of q_key in [start, end) among its first `earlier` copies": exact integer
-    # search over (key, rank of time), the ranks shared by eviction times and window bounds.
-    times, rank = np.unique(np.concatenate([ev_ms, start[q_win], end[q_win]]),
-                            return_inverse=True)
+    # search over (key, rank of time). The ranks are those of the eviction times and every
+    # iteration's window bounds: a superset of the queried bounds keeps their order and ties.
+    n_ev, n_it = len(ev_ms), len(start)
+    times, rank = np.unique(np.concatenate([ev_ms, start, end]), return_inverse=True)
     width = len(times) + 1
-    ev_code = ev_key * width + rank[:len(ev_ms)]
-    lo_code = q_key * width + rank[len(ev_ms):len(ev_ms) + len(q_win)]
-    hi_code = q_key * width + rank[len(ev_ms) + len(q_win):]
-    lo = np.searchsorted(ev_code, lo_code, side="left")
-    cap = np.searchsorted(ev_key, q_key, side="left") + earlier[pref][q_pref]
-    hit = lo < np.minimum(np.searchsorted(ev_code, hi_code, side="left"), cap)
-    churn[pref[np.unique(q_pref[hit])]] = True
+    ev_code = ev_key * width + rank[:n_ev]
+    lo_rank, hi_rank = rank[n_ev:n_ev + n_it], rank[n_ev + n_it:]  # [n_it] each
+    for a in range(0, len(q_pref), _QUERIES):  # in chunks: bounds the [queries] temporaries
+        q = pref[q_pref[a:a + _QUERIES]]  # the prefetch row of each query
+        q_key, q_win = key[q], q_win_all[a:a + _QUERIES]
+        lo = np.searchsorted(ev_code, q_key * width + lo_rank[q_win], side="left")
+        hi = np.searchsorted(ev_code, q_key * width + hi_rank[q_win], side="left")
+        cap = np.searchsorted(ev_key, q_key, side="left") + earlier[q]
+        churn[q[lo < np.minimum(hi, cap)]] = True
     return churn
 
 

@@ -3,13 +3,13 @@
 Hot path API: `add_access(row)` appends one access, a tuple of ACC_COLS values (expert,
 class, transfer id, need ms, start ms, owner request); it is the bound `extend` of a small
 list buffer, so an access costs no Python-level call. Once the buffer holds _FLUSH values,
-`block()` moves it into one typed array per column (struct of arrays: int32 expert and
-owner, int8 class, int64 transfer id, float64 times; 29 bytes an access, no Python object
-per access). array.extend of a tuple is ~9x slower than list.extend, while fromlist of a
-full buffer is a C loop. Blocks and transfers are kept the same way, iterations in typed
-arrays: about 44 bytes per access in all (docs/engine.md, cost model). A copy's first use
-(the first access it served) is derived from the access rows in `tables()`, not tracked
-per access.
+`block()` moves it into one typed array per column (struct of arrays: int32 expert, owner
+and transfer id, int8 class, float64 times; 29 bytes an access, no Python object per
+access). array.extend of a tuple is ~9x slower than list.extend, while fromlist of a full
+buffer is a C loop. Blocks (16 bytes each) and transfers (49 bytes each, ~0.2 per access
+under LRU) are kept the same way, iterations in typed arrays: about 40 bytes per access in
+all (docs/engine.md, cost model). `stored_tables()` views these arrays without a copy; the
+derived columns (a copy's first use among them) are computed by harness/sim/tables.py.
 
 Tables (docs/metrics.md): accesses (one row per (iteration, layer, expert) in the union of
 the iteration's tokens), transfers (one row per host-to-device copy), tokens (one row per
@@ -22,6 +22,8 @@ from array import array
 
 import numpy as np
 
+from harness.sim.tables import eager, full_tables
+
 HIT, LATE, MISS = 0, 1, 2
 CLASS_NAMES = ("hit", "late", "miss")
 PREFETCH, DEMAND, PRELOAD = 0, 1, 2
@@ -31,6 +33,7 @@ ACC_COLS = 6  # values per access row: expert, class, transfer id, need ms, star
 # large enough that the move is rare, small enough that its Python objects stay negligible.
 _FLUSH = 1 << 16
 _NAN = float("nan")  # a transfer's evict ms while it is resident
+_DTYPES = {"b": np.int8, "i": np.int32, "q": np.int64, "d": np.float64}
 
 
 class _Columns:
@@ -50,19 +53,16 @@ class _Columns:
     def __len__(self) -> int:
         return len(self.cols[0]) + len(self.buf) // len(self.cols)
 
-    def np(self, j: int, dtype) -> np.ndarray:
-        return np.array(self.cols[j], dtype=dtype)
-
 
 class Recorder:
     def __init__(self, expert_bytes: int):
         self.expert_bytes = expert_bytes
         # expert, class, transfer id, need ms, start ms, owner request (ACC_COLS)
-        self._acc = _Columns("ibqddi")
+        self._acc = _Columns("ibiddi")
         self._acc_buf = self._acc.buf
         self.add_access = self._acc_buf.extend  # one access: a tuple of ACC_COLS values
         self._acc_done = 0  # accesses already moved into the columns
-        self._blocks = _Columns("qqq")  # iteration, layer, end access index
+        self._blocks = _Columns("iiq")  # iteration, layer, end access index
         self._blocks_buf = self._blocks.buf
         self._tr = _Columns("qbdddd")  # key, kind, proposed, issue, start, ready ms
         self._tr_buf = self._tr.buf
@@ -115,65 +115,41 @@ class Recorder:
     def num_accesses(self) -> int:
         return len(self._acc)
 
-    def tables(self) -> dict[str, dict[str, np.ndarray]]:
-        """Column arrays for accesses, transfers, iterations and members."""
+    def stored_tables(self) -> dict:
+        """The stored columns (harness/sim/tables.py) as numpy views of the typed arrays (no
+        copy of an access column), tokens and `expert_bytes`."""
         self._flush()
         acc, tr_c = self._acc, self._tr
-        blocks = [self._blocks.np(j, np.int64) for j in range(3)]
-        n_acc, n_tr = len(acc), len(tr_c)
-        counts = np.diff(np.concatenate([[0], blocks[2]])) if len(blocks[2]) else np.zeros(0)
-        tid = acc.np(2, np.int64)
-        need_ms, start_ms = acc.np(3, np.float64), acc.np(4, np.float64)
-        tr_kind = tr_c.np(1, np.int8)
-        tr_issue_ms, tr_ready_ms = tr_c.np(3, np.float64), tr_c.np(5, np.float64)
-        idx = np.arange(n_acc)
-        # First access each copy served (-1: never used): the least access index per copy.
-        first_use = np.full(n_tr, n_acc, dtype=np.int64)
-        np.minimum.at(first_use, tid, idx)
-        first_use[first_use == n_acc] = -1
-        used_first = (first_use[tid] == idx) if n_acc else np.zeros(0, bool)
-        kind = tr_kind[tid] if n_acc else np.zeros(0, np.int8)
+        blocks = [_view(self._blocks, j) for j in range(3)]
+        counts = np.diff(blocks[2], prepend=0)  # [n_blocks] accesses per block
         accesses = {
-            "iteration": np.repeat(blocks[0], counts),
-            "layer": np.repeat(blocks[1], counts).astype(np.int32),
-            "expert": acc.np(0, np.int32),
-            "request": acc.np(5, np.int64),
-            "class": acc.np(1, np.int8),
-            "issued_by": kind,
-            "transfer_id": tid,
-            "issue_ms": tr_issue_ms[tid] if n_acc else np.zeros(0),
-            "ready_ms": tr_ready_ms[tid] if n_acc else np.zeros(0),
-            "need_ms": need_ms,
-            "start_ms": start_ms,
-            "stall_ms": start_ms - need_ms,
-            "bytes": np.where(used_first, self.expert_bytes, 0),
+            "iteration": np.repeat(blocks[0], counts), "layer": np.repeat(blocks[1], counts),
+            "expert": _view(acc, 0), "request": _view(acc, 5), "class": _view(acc, 1),
+            "transfer_id": _view(acc, 2), "need_ms": _view(acc, 3), "start_ms": _view(acc, 4),
         }
-        transfers = {
-            "transfer_id": np.arange(n_tr, dtype=np.int64),
-            "key": tr_c.np(0, np.int64),
-            "kind": tr_kind,
-            "proposed_ms": tr_c.np(2, np.float64), "issue_ms": tr_issue_ms,
-            "start_ms": tr_c.np(4, np.float64), "ready_ms": tr_ready_ms,
-            "first_use_access": first_use,
-            "evict_ms": np.array(self.tr_evict_ms, dtype=np.float64),
-            "bytes": np.full(n_tr, self.expert_bytes, dtype=np.int64),
-        }
+        transfers = {name: _view(tr_c, j) for j, name in enumerate(
+            ("key", "kind", "proposed_ms", "issue_ms", "start_ms", "ready_ms"))}
+        transfers["evict_ms"] = np.frombuffer(self.tr_evict_ms, dtype=np.float64)
         # Iterations are numbered 0.. in order, so the index is the row.
         it_ms = np.array(self._it_ms, dtype=np.float64).reshape(-1, 2)
-        it_start, it_end = it_ms[:, 0].copy(), it_ms[:, 1].copy()
         it_prefill = np.array(self._it_prefill, dtype=np.int8).astype(bool)
-        accesses["iteration_start_ms"] = it_start[accesses["iteration"]]
-        accesses["prefill"] = it_prefill[accesses["iteration"]]
-        mem = np.array(self._members, dtype=np.int64).reshape(-1, 3)
-        # Each access's request step: look (iteration, request) up among the members.
-        width = int(mem[:, 1].max()) + 1 if len(mem) else 1
-        mem_key = mem[:, 0] * width + mem[:, 1]
-        order = np.argsort(mem_key, kind="stable")
-        pos = np.searchsorted(mem_key[order], accesses["iteration"] * width + accesses["request"])
-        accesses["step"] = mem[order[pos], 2].astype(np.int32) if n_acc else np.zeros(0, np.int32)
+        mem = np.array(self._members, dtype=np.int64).reshape(-1, 3)  # iteration, request, step
         tokens = {
-            "request": mem[:, 1], "token_index": mem[:, 2], "iteration": mem[:, 0],
-            "time_ms": it_end[mem[:, 0]], "iteration_start_ms": it_start[mem[:, 0]],
-            "prefill": it_prefill[mem[:, 0]],
+            "request": mem[:, 1].copy(), "token_index": mem[:, 2].copy(),
+            "iteration": mem[:, 0].copy(), "time_ms": it_ms[mem[:, 0], 1],
+            "iteration_start_ms": it_ms[mem[:, 0], 0], "prefill": it_prefill[mem[:, 0]],
         }
-        return {"accesses": accesses, "transfers": transfers, "tokens": tokens}
+        return {"accesses": accesses, "transfers": transfers, "tokens": tokens,
+                "expert_bytes": self.expert_bytes}
+
+    def tables(self) -> dict[str, dict[str, np.ndarray]]:
+        """Every column of accesses, transfers and tokens (docs/metrics.md), computed now."""
+        return eager(full_tables(self.stored_tables()))
+
+
+def _view(cols: _Columns, j: int) -> np.ndarray:
+    """Column j as a numpy view of its typed array (same itemsize, no copy; the array stays
+    exported, so it cannot grow while the view lives: call once the run is over)."""
+    col = cols.cols[j]
+    dtype = _DTYPES[col.typecode]
+    return np.frombuffer(col, dtype=dtype) if len(col) else np.zeros(0, dtype)

@@ -12,24 +12,22 @@ else can run the system is asked again (`propose_prefetch`) before the run fails
 
 from __future__ import annotations
 
-import time
-
 from core.view import IterationInfo
 from harness.sim.copies import EngineError
 from harness.sim.recorder import HIT, LATE, MISS
 
 
 class LayerStep:
-    def __init__(self, index, view, system, copies, cache, rec, executor, num_experts: int):
-        self.index, self.view, self.system = index, view, system
+    def __init__(self, index, view, hooks, copies, cache, rec, executor, num_experts: int):
+        self.index, self.view, self.system = index, view, hooks.system
+        self._routed, self._propose = hooks.on_layer_routed, hooks.propose_prefetch
         self.copies, self.cache, self.rec = copies, cache, rec
         self.executor = executor  # harness.sim.executor.Executor
         self.E, self.L = num_experts, index.L
-        self.policy_s = 0.0  # wall time inside on_layer_routed and the proposal after it
 
     def run(self, info: IterationInfo, layer: int, members, now: float) -> float:
         """Run MoE layer `layer` of iteration `info` from `now`; returns when compute is free."""
-        copies, system, index = self.copies, self.system, self.index
+        copies, index = self.copies, self.index
         if copies.queue and copies.copy_free_ms <= now:  # else no queued copy can start yet
             copies.advance(now)
         if len(members) == 1:  # batch 1: the block's own union, precomputed
@@ -42,10 +40,8 @@ class LayerStep:
             experts, counts, owner = index.union(blocks)
         if not experts:
             return now
-        t0 = time.perf_counter()
-        system.on_layer_routed(self.view.reveal(info, layer, experts, counts, blocks), now)
-        proposal = system.propose_prefetch(now) if copies.asks else None
-        self.policy_s += time.perf_counter() - t0
+        self._routed(self.view.reveal(info, layer, experts, counts, blocks), now)
+        proposal = self._propose(now) if copies.asks else None
         if proposal is not None:
             copies.set_queue(proposal, now)
         base, first_owner = layer * self.E, members[0][0]
@@ -108,6 +104,7 @@ class LayerStep:
         copies, cache, rec = self.copies, self.cache, self.rec
         ready_ms, in_use, transfer_of = cache.ready_ms, cache.in_use, cache.transfer_of
         add, run = rec.add_access, self.executor.run
+        durations = self.executor.memo  # sim: SimExecutor.run inlined below
         queue = copies.queue
         i, n = 0, len(order)
         while i < n or deferred:
@@ -121,7 +118,11 @@ class LayerStep:
             ready = ready_ms[key]
             cls = MISS if is_miss else (LATE if ready > now else HIT)
             tid = transfer_of[key]
-            start, end = run(e, c, ready, now)
+            if durations is None:
+                start, end = run(e, c, ready, now)
+            else:
+                start = ready if ready > now else now
+                end = start + durations[c]
             add((e, cls, tid, now, start, first_owner if owner is None else owner[e]))
             now = end
             if queue and copies.copy_free_ms <= now:  # else no queued copy can start yet

@@ -63,9 +63,20 @@ class LRUPerLayer(Evictor):
         if len(lru) >= self.slots_per_layer or candidates.full:
             victim = candidates.first_of(lru)
         if victim is None and candidates.full:
-            # Every expert of this layer is in use: borrow the least recent slot of the layer
-            # furthest over quota (sorted is stable: equal sizes keep the lowest layer first).
-            for other in sorted((d for d in self.layers if d is not lru), key=len, reverse=True):
+            victim = self._borrow(candidates, lru)
+        return victim
+
+    def _borrow(self, candidates, lru):
+        """Every expert of this layer is in use: the least recent evictable expert of the
+        layer holding the most (ties: the lowest layer), else of the next fullest, and so on."""
+        others = [d for d in self.layers if d is not lru]
+        if not others:  # a one-layer model has nowhere to borrow from
+            return None
+        # max returns the first of equal sizes, the lowest layer: the usual answer, in O(L).
+        victim = candidates.first_of(max(others, key=len))
+        if victim is None:  # that layer is all in use or in flight: walk them by size
+            # sorted is stable: equal sizes keep the lowest layer first
+            for other in sorted(others, key=len, reverse=True):
                 victim = candidates.first_of(other)
                 if victim is not None:
                     break
