@@ -133,15 +133,17 @@ def write_tables(run_dir: Path, stored: dict, run_id: str, request_ids: list[str
     transfers.parquet keeps `first_use_access`, which is derived from the accesses)."""
     eb = stored["expert_bytes"]
     tr = stored["transfers"]
+    if not save_rows:
+        tr = {**tr, "first_use_access": first_use(stored["accesses"]["transfer_id"],
+                                                  len(tr["kind"]))}
+    # The small files first: once accesses.parquet appears, the others are complete
+    # (tests/test_store.py watches for it to kill a writer inside the write).
+    write_table("tokens", stored["tokens"], run_dir / "tokens.parquet", run_id, request_ids, eb)
+    write_table("transfers", tr, run_dir / "transfers.parquet", run_id, None, eb,
+                () if save_rows else ("first_use_access",))
     if save_rows:
         write_table("accesses", stored["accesses"], run_dir / "accesses.parquet", run_id,
                     request_ids, eb)
-    else:
-        tr = {**tr, "first_use_access": first_use(stored["accesses"]["transfer_id"],
-                                                  len(tr["kind"]))}
-    write_table("transfers", tr, run_dir / "transfers.parquet", run_id, None, eb,
-                () if save_rows else ("first_use_access",))
-    write_table("tokens", stored["tokens"], run_dir / "tokens.parquet", run_id, request_ids, eb)
 
 
 def _read(path: Path) -> tuple[dict, int]:

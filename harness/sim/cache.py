@@ -49,8 +49,9 @@ class ExpertCache:
         return t is not None and t <= now_ms and key not in self.in_use
 
     def candidates(self, now_ms: float) -> Candidates:
-        """A view of the keys evictable at `now_ms` (the copy engine keeps one and moves it
-        with `at`, so a system must not keep it past the call it was given in)."""
+        """A view of the keys evictable at `now_ms` (the copy engine keeps one and sets its
+        `now_ms` and `full` before each load, so a system must not keep it past the call it
+        was given in)."""
         return Candidates(self, now_ms)
 
     # ---- mutations --------------------------------------------------------------------------
@@ -66,8 +67,7 @@ class ExpertCache:
 
     def evict(self, key: int, now_ms: float) -> int:
         """Remove a ready key not in use; returns the id of the copy that had loaded it."""
-        t = self.ready_ms.get(key)
-        if t is None or t > now_ms or key in self.in_use:
+        if not self.evictable(key, now_ms):
             state = ("absent" if key not in self.ready_ms else
                      "in use" if key in self.in_use else "in flight")
             raise CacheError(f"cannot evict expert key {key}: {state}")

@@ -44,7 +44,7 @@ class CopyEngine:
         False: no victim while the cache is full (nothing changed)."""
         view, cache = self._view, self.cache
         view.now_ms = issue
-        view.full = full = len(cache.ready_ms) >= cache.capacity_slots
+        view.full = full = cache.is_full()
         victim = self._choose(view, key, kind == DEMAND, issue)
         if victim is None:
             if full:
