@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from bisect import bisect_left
 
+import numpy as np
+
 from core.blocks import BlockIndex
 from core.schedule import schedule_is_timing_independent, static_schedule
 
@@ -24,7 +26,8 @@ NEVER = 1 << 62  # the next use of a key that is not used again
 class AccessSequence:
     """keys [n]; block_starts [B + 1] (first position of each block, then n); block_iteration,
     block_layer [B]; iteration_kinds, iteration_starts [I (+ 1)] (first position of iteration
-    i, then n); next_use [n] (the next position of the same key, NEVER if none)."""
+    i, then n); next_use [n] (the next position of the same key, NEVER if none). Lists of
+    python ints; the next-use chain comes from one stable sort of the keys."""
 
     def __init__(self, keys: list[int], blocks: list[tuple[int, int, int]],
                  iteration_kinds: list[str]):
@@ -41,13 +44,17 @@ class AccessSequence:
                 b += 1
             starts.append(self.block_starts[b])
         self.iteration_starts = starts
-        self.next_use = [NEVER] * len(keys)
-        self._positions: dict[int, list[int]] = {}
-        for p, key in enumerate(keys):
-            occ = self._positions.setdefault(key, [])
-            if occ:
-                self.next_use[occ[-1]] = p
-            occ.append(p)
+        # Positions grouped by key, ascending within a key [n]: the next use of the position
+        # order[i] is order[i + 1] when both hold the same key.
+        arr = np.asarray(keys, dtype=np.int64)
+        self._order = np.argsort(arr, kind="stable")
+        grouped = arr[self._order]
+        nxt = np.full(len(keys), NEVER, dtype=np.int64)
+        same = grouped[1:] == grouped[:-1]
+        nxt[self._order[:-1][same]] = self._order[1:][same]
+        self.next_use = nxt.tolist()
+        self._grouped = grouped
+        self._positions: dict[int, list[int]] | None = None
 
     @property
     def num_blocks(self) -> int:
@@ -62,6 +69,11 @@ class AccessSequence:
 
     def next_at(self, key: int, pos: int) -> int:
         """The first position >= pos that accesses `key`, NEVER if none."""
+        if self._positions is None:  # built on first use: only some readers ask
+            cuts = np.flatnonzero(np.diff(self._grouped)) + 1
+            groups = np.split(self._order, cuts)
+            firsts = self._grouped[np.concatenate(([0], cuts))] if len(self._grouped) else []
+            self._positions = {int(k): g.tolist() for k, g in zip(firsts, groups)}
         occ = self._positions.get(key)
         if not occ:
             return NEVER
@@ -80,15 +92,41 @@ def access_sequence(trace, max_batch: int) -> AccessSequence:
     if not schedule_is_timing_independent(trace.arrival_ms, max_batch):
         raise ValueError("the oracle family needs a schedule that does not depend on timing: "
                          "max_batch = 1 or every request arriving at the same time")
-    index = BlockIndex(trace)
-    L, E = trace.num_layers, trace.num_experts
+    index = BlockIndex.of(trace)
+    schedule = static_schedule(trace.arrival_ms, trace.output_len, max_batch)
+    kinds = [kind for kind, _ in schedule]
+    if all(len(members) == 1 for _, members in schedule):
+        keys, blocks = _single_member(index, schedule, trace.num_experts)
+    else:
+        keys, blocks = _merged(index, schedule, trace.num_experts)
+    return AccessSequence(keys, blocks, kinds)
+
+
+def _single_member(index: BlockIndex, schedule, E: int):
+    """One request per iteration (batch 1): the blocks' unions in schedule order, gathered
+    at once. Returns keys and (first position, iteration, layer) per non-empty block."""
+    L = index.L
+    steps = np.array([index.step_off[r] + s for _, ((r, s),) in schedule], dtype=np.int64)
+    blk = (steps[:, None] * L + np.arange(L)).ravel()  # [I * L] blocks in engine order
+    lo, hi = index.bounds_array[blk], index.bounds_array[blk + 1]
+    keep = hi > lo
+    blk, lo, lens = blk[keep], lo[keep], (hi - lo)[keep]
+    starts = np.concatenate(([0], np.cumsum(lens)))  # [B + 1] first position of each block
+    rows = np.repeat(lo - starts[:-1], lens) + np.arange(starts[-1])  # [n] union rows
+    layer = blk % L
+    keys = np.repeat(layer, lens) * E + index.ids_array[rows]
+    iteration = np.flatnonzero(keep) // L
+    return keys.tolist(), list(zip(starts[:-1].tolist(), iteration.tolist(), layer.tolist()))
+
+
+def _merged(index: BlockIndex, schedule, E: int):
+    """Several requests per iteration: the union of their blocks per layer, in python."""
     keys: list[int] = []
     blocks: list[tuple[int, int, int]] = []  # (first position, iteration, layer)
-    schedule = static_schedule(trace.arrival_ms, trace.output_len, max_batch)
     for it, (_, members) in enumerate(schedule):
-        for layer in range(L):
+        for layer in range(index.L):
             union, _, _ = index.union({r: index.block(r, s, layer) for r, s in members})
             if union:
                 blocks.append((len(keys), it, layer))
                 keys.extend(layer * E + e for e in union)
-    return AccessSequence(keys, blocks, [kind for kind, _ in schedule])
+    return keys, blocks

@@ -1,4 +1,4 @@
-"""Per-block expert unions of a trace, as python lists for the engine's hot path.
+"""Per-block expert unions of a trace, as flat arrays for the engine's hot path.
 
 A block is one (global step, MoE layer) of a trace (docs/trace-format.md); its union is the
 set of experts any of its tokens routed to, with the number of tokens per expert.
@@ -30,29 +30,44 @@ def next_layer_rows(block_counts: np.ndarray, stacks) -> tuple[np.ndarray, np.nd
     return rows, rows + np.repeat(block_counts, block_counts)[rows]
 
 
-def block_unions(trace, arr: np.ndarray | None = None) -> tuple[list[int], list[int], np.ndarray]:
+def block_unions(trace, arr: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray,
+                                                                  np.ndarray]:
     """Per trace block (global step * L + layer): ascending expert ids and token counts.
 
     `arr` defaults to trace.topk; ids >= E (the spec_topk sentinel) are dropped. Returns flat
-    python lists of ids and counts plus bounds [n_blocks + 1] into them.
+    arrays of ids (uint16) and counts (int32) plus bounds int64 [n_blocks + 1] into them.
     """
     arr = trace.topk if arr is None else arr
     E = trace.num_experts
     W = E + 1  # one spare column per block for the sentinel id E
     n_blocks = len(trace.block_offsets) - 1
-    ids_out, cnt_out, bounds = [], [], np.zeros(n_blocks + 1, dtype=np.int64)
-    chunk = max(1, 4_000_000 // W)  # blocks per bincount, bounds memory
-    for b0 in range(0, n_blocks, chunk):
-        b1 = min(n_blocks, b0 + chunk)
-        r0, r1 = trace.block_offsets[b0], trace.block_offsets[b1]
+    # Union entries are at most min(rows * k, blocks * E); the outputs are allocated at that
+    # bound, written at the front and shrunk in place at the end (pages never written are
+    # never resident, and a chunk list plus its concatenation would hold everything twice).
+    bound = min(arr.size, n_blocks * E)
+    ids_out, cnt_out = np.empty(bound, np.uint16), np.empty(bound, np.int32)
+    bounds = np.zeros(n_blocks + 1, dtype=np.int64)
+    # Blocks per bincount: at most 2**18 / W blocks and 2**18 / k rows (one prefill block
+    # can hold thousands of rows), so the int64 temporaries stay near 2 MB each.
+    max_blocks, max_rows = max(1, (1 << 18) // W), max(1, (1 << 18) // max(arr.shape[1], 1))
+    offsets = trace.block_offsets
+    done, b0 = 0, 0
+    while b0 < n_blocks:
+        b1 = min(n_blocks, b0 + max_blocks,
+                 max(b0 + 1, int(np.searchsorted(offsets, offsets[b0] + max_rows, "right")) - 1))
+        r0, r1 = offsets[b0], offsets[b1]
         block_of_row = np.repeat(np.arange(b1 - b0), np.diff(trace.block_offsets[b0:b1 + 1]))
         flat = (block_of_row[:, None] * W + np.minimum(arr[r0:r1], E).astype(np.int64)).ravel()
         counts = np.bincount(flat, minlength=(b1 - b0) * W).reshape(-1, W)[:, :E].ravel()
         nz = np.flatnonzero(counts)  # [blocks * E] positions with tokens
-        bounds[b0 + 1:b1 + 1] = len(ids_out) + np.searchsorted(
+        bounds[b0 + 1:b1 + 1] = done + np.searchsorted(
             nz // E, np.arange(1, b1 - b0 + 1), side="left")
-        ids_out.extend((nz % E).tolist())
-        cnt_out.extend(counts[nz].tolist())
+        ids_out[done:done + len(nz)] = nz % E
+        cnt_out[done:done + len(nz)] = counts[nz]
+        done += len(nz)
+        b0 = b1
+    ids_out.resize(done, refcheck=False)  # realloc: shrinks in place
+    cnt_out.resize(done, refcheck=False)
     return ids_out, cnt_out, bounds
 
 
@@ -67,41 +82,59 @@ def block_expert_counts(trace) -> np.ndarray:
 
 
 class BlockIndex:
-    """Per-block expert unions of a trace as python lists, for the engine's hot path."""
+    """Per-block expert unions of a trace for the engine: flat arrays of ids (uint16) and
+    counts (int32), bounds int64 [n_blocks + 1]; the python accessors return lists."""
 
     def __init__(self, trace: Trace):
         self.trace = trace
         self.L = trace.num_layers
-        self.step_off = trace.step_offsets.tolist()
-        ids, cnts, bounds = block_unions(trace)
-        self.ids, self.cnts, self.bounds = ids, cnts, bounds.tolist()
+        self.step_off_array = np.ascontiguousarray(trace.step_offsets, dtype=np.int64)
+        self.step_off = self.step_off_array.tolist()
+        self.ids_array, self.cnts_array, self.bounds_array = block_unions(trace)
         self._spec = None
+
+    @classmethod
+    def of(cls, trace: Trace) -> BlockIndex:
+        """The trace's index, built once and kept on the trace (the engine, the oracle family
+        and the compute floor read the same one)."""
+        index = trace.__dict__.get("_block_index")
+        if index is None:
+            index = trace.__dict__["_block_index"] = cls(trace)
+        return index
 
     def block(self, request: int, step: int, layer: int) -> int:
         return (self.step_off[request] + step) * self.L + layer
 
+    def block_lists(self, b: int) -> tuple[list[int], list[int]]:
+        """(ascending ids, tokens each) of block b, as python lists."""
+        b0, b1 = self.bounds_array[b:b + 2].tolist()
+        return self.ids_array[b0:b1].tolist(), self.cnts_array[b0:b1].tolist()
+
     def union(self, blocks: dict[int, int]) -> tuple[list[int], list[int], dict | None]:
         """Union over several blocks: (ascending ids, counts, first request per id)."""
-        return _merge(self.ids, self.cnts, self.bounds, blocks, with_owner=True)
+        return _merge(self.ids_array, self.cnts_array, self.bounds_array, blocks,
+                      with_owner=True)
 
     def spec_union(self, blocks: dict[int, int]):
         if self.trace.spec_topk is None:
             return None
         if self._spec is None:
-            ids, cnts, bounds = block_unions(self.trace, self.trace.spec_topk)
-            self._spec = (ids, cnts, bounds.tolist())
+            self._spec = block_unions(self.trace, self.trace.spec_topk)
         ids, cnts, bounds = self._spec
         return _merge(ids, cnts, bounds, blocks, with_owner=False)[:2]
 
 
-def _merge(ids, cnts, bounds, blocks, with_owner):
+def _merge(ids: np.ndarray, cnts: np.ndarray, bounds: np.ndarray, blocks: dict[int, int],
+           with_owner: bool):
     if len(blocks) == 1:
         (b,) = blocks.values()
-        return ids[bounds[b]:bounds[b + 1]], cnts[bounds[b]:bounds[b + 1]], None
+        b0, b1 = bounds[b:b + 2].tolist()
+        return ids[b0:b1].tolist(), cnts[b0:b1].tolist(), None
     acc: dict[int, int] = {}
     owner: dict[int, int] = {}
     for r, b in blocks.items():
-        for e, c in zip(ids[bounds[b]:bounds[b + 1]], cnts[bounds[b]:bounds[b + 1]]):
+        b0, b1 = bounds[b:b + 2].tolist()
+        for e, c in zip(ids[b0:b1].tolist(), cnts[b0:b1].tolist()):
             acc[e] = acc.get(e, 0) + c
             if with_owner and e not in owner:
                 owner[e] = r

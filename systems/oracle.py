@@ -24,24 +24,32 @@ def belady_plan(keys: list[int], next_use: list[int], capacity: int):
     """MIN with `capacity` slots over `keys` (next_use: core.access.AccessSequence.next_use).
     Returns (preload keys, [(pos, key, victim, victim_last_pos)]); ties between keys never used
     again: the lowest key leaves first."""
-    resident: dict[int, int] = {}  # key -> its next use
-    last: dict[int, int] = {}
-    heap: list[tuple[int, int]] = []  # (-next use, key), lazily invalidated
+    n, width = len(keys), max(keys, default=0) + 1
+    # One int per heap entry, ordered as (-next use, key): (n - next use) * width + key, a
+    # never-used-again key counting as next use n. Lazily invalidated: an entry is current
+    # while it equals the key's code in `resident`.
+    resident: dict[int, int] = {}  # key -> its current code
+    last: dict[int, int] = {}  # key -> its last position so far
+    heap: list[int] = []
     preload, plan = [], []
+    push, pop = heapq.heappush, heapq.heappop
     for p, key in enumerate(keys):
         if key not in resident:
             if len(resident) < capacity:
                 preload.append(key)
             else:
                 while True:
-                    nu, victim = heapq.heappop(heap)
-                    if resident.get(victim) == -nu:
+                    code = pop(heap)
+                    victim = code % width
+                    if resident.get(victim) == code:
                         break
                 del resident[victim]
                 plan.append((p, key, victim, last[victim]))
-        resident[key] = next_use[p]
+        nu = next_use[p]
+        code = (n - (nu if nu < n else n)) * width + key
+        resident[key] = code
         last[key] = p
-        heapq.heappush(heap, (-next_use[p], key))
+        push(heap, code)
     return preload, plan
 
 

@@ -11,6 +11,8 @@ its hit / miss counts must equal that run's (the benchmark checks it):
 - routed residents move to most recent in ascending id, then each absent expert, in
   ascending id, evicts the least recent expert of its layer that the block does not use
   once the layer holds `slots_per_layer` (or the cache is full), and enters as most recent;
+  since the block's own experts are then the most recent ones, that victim is the layer's
+  least recent entry unless the whole layer is in use (no walk: a tighter yardstick);
 - when the layer has no such expert and the cache is full it borrows the least recent
   expert of the layer holding the most (ties: the lowest layer). At batch 1 with no
   prefetch every copy has landed before the next block, so only the running block's
@@ -57,19 +59,19 @@ def replay(stream, num_layers: int, capacity_slots: int, slots_per_layer: int) -
         in_use = set(experts)
         for e in absent:
             full = resident >= capacity_slots
-            victim = None
             if full or len(lru) >= slots_per_layer:
-                for v in lru:
-                    if v not in in_use:
-                        victim = v
-                        break
-                if victim is not None:
+                # The block's residents moved to most recent and its new experts enter
+                # after them, so the least recent entry is evictable unless the whole
+                # layer is in use: no walk is needed.
+                victim = next(iter(lru), None)
+                if victim is not None and victim not in in_use:
                     del lru[victim]
-            if victim is None:
-                if full:
+                elif full:
                     _borrow(layers, lru)
                 else:
                     resident += 1
+            else:
+                resident += 1
             lru[e] = None
     return {"hits_decode": hits[0], "misses_decode": misses[0],
             "hits_prefill": hits[1], "misses_prefill": misses[1]}

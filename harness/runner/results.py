@@ -39,7 +39,7 @@ RESULT_SCHEMA_VERSION = "1.0"
 # trace_cache.py); none changes a metric (harness/runner/guard.py).
 NON_SEMANTIC_KEYS = ("progress", "results_dir", "run_name", "experiment_name", "logger",
                      "resume", "timeout_s", "save_rows", "blas_threads", "trace_cache_dir",
-                     "time_policy")
+                     "time_policy", "engine_core")
 # error.kind of a failure record: a value the run's checks refused, the wall-clock limit, or
 # anything else raised inside the job (MemoryError included)
 FAILURE_KINDS = ("input", "timeout", "exception")

@@ -100,7 +100,8 @@ def _engine(model, hw, trace, system, plan, max_batch: int, cfg) -> Engine:
     try:
         return Engine(model, SimBackend(model, hw), trace, system, plan.expert_cache_bytes,
                       max_batch, progress=cfg["progress"],
-                      time_policy=bool(cfg.get("time_policy", False)))
+                      time_policy=bool(cfg.get("time_policy", False)),
+                      core=cfg.get("engine_core", "auto"))
     except KnobError as exc:
         raise SpecError(f"system.{exc}") from exc
 
@@ -183,7 +184,8 @@ def run_config(cfg: dict) -> dict:
                 m["compute_floor_ms"] = floor_ms
                 m["headroom"] = headroom(m["tpot_ms"]["mean"], m["compute_floor_ms"])
                 # Diagnostics that are not per-access facts (not in the parquet files).
-                result["engine"] = {"prefetches_dropped": int(rec.prefetch_dropped)}
+                result["engine"] = {"prefetches_dropped": int(rec.prefetch_dropped),
+                                    "core": engine.core}
                 result["system"] = system.describe()
         result["trace"] = _trace_info(trace, system)
         result["calibration_trace"] = _trace_info(calib)

@@ -20,6 +20,7 @@ from core.paths import PROJECT_ROOT
 from core.specs import SpecError
 from harness.runner.logger import check_logger
 from harness.runner.store import run_dir_of
+from harness.sim.cores import CORES
 
 GROUPS = ("model", "hardware", "system", "workload")
 # Groups that change how a run is reported, not what it computes (absent: none).
@@ -108,6 +109,9 @@ def check_run_config(cfg: dict) -> Path:
                   null="what GPU memory leaves", error=SpecError)
     checks.boolean(cfg.get("progress"), "progress", error=SpecError)
     checks.boolean(cfg.get("time_policy", False), "time_policy", error=SpecError)
+    core = cfg.get("engine_core", "auto")
+    if core not in CORES:
+        raise SpecError(f"engine_core: must be one of {', '.join(CORES)}, got {core!r}")
     for key in ("resume", "save_rows"):  # sweep keys (README "Sweeps"); absent: true
         checks.boolean(cfg.get(key, True), key, error=SpecError)
     checks.number(cfg.get("timeout_s"), "timeout_s", lo=0, lo_open=True, null="no limit",

@@ -25,12 +25,10 @@ import time
 from core.blocks import BlockIndex
 from core.schedule import Scheduler
 from core.view import IterationInfo, RequestInfo, RoutingView, SystemContext
-from harness.sim.cache import ExpertCache
-from harness.sim.copies import CopyEngine, EngineError
-from harness.sim.executor import SimExecutor
+from harness.sim import cores
+from harness.sim.copies import EngineError
 from harness.sim.hooks import Hooks
 from harness.sim.recorder import Recorder
-from harness.sim.step import LayerStep
 from systems.base import System
 
 __all__ = ["Engine", "EngineError"]
@@ -38,19 +36,22 @@ __all__ = ["Engine", "EngineError"]
 
 class Engine:
     def __init__(self, model, backend, trace, system: System, capacity_bytes: int,
-                 max_batch: int = 1, progress: bool = False, time_policy: bool = False):
+                 max_batch: int = 1, progress: bool = False, time_policy: bool = False,
+                 core: str = "auto"):
         if trace.num_layers != model.num_moe_layers or trace.num_experts != model.num_experts:
             raise EngineError(f"trace shape (L={trace.num_layers}, E={trace.num_experts}) does "
                               f"not match model {model.name} (L={model.num_moe_layers}, "
                               f"E={model.num_experts})")
         self.model, self.backend, self.trace, self.system = model, backend, trace, system
-        self.cache = ExpertCache(capacity_bytes, model.expert_bytes)
+        self.max_batch, self.progress = max_batch, progress
+        self.E, self.L = model.num_experts, model.num_moe_layers
+        # compiled or python (harness/sim/cores.py): the same results, another speed
+        self.core = cores.resolve(core, backend)
+        self.cache, self.rec = cores.make_state(self.core, capacity_bytes, model.expert_bytes,
+                                                self.E * self.L)
         if self.cache.capacity_slots < 1:
             raise EngineError(f"expert cache of {capacity_bytes} bytes holds no expert "
                               f"({model.expert_bytes} bytes each)")
-        self.max_batch, self.progress = max_batch, progress
-        self.E, self.L = model.num_experts, model.num_moe_layers
-        self.rec = Recorder(model.expert_bytes)
         self._driver = None
         self._live_iter = None  # live: (IterationInfo, members) of the running iteration
         # Bind now, so a history-based system can use its context in warmup(); the hooks
@@ -67,10 +68,12 @@ class Engine:
         self._bind_s = time.perf_counter() - t0
         # time_policy: each hook call is timed into policy_s (off: plain bound methods)
         self.hooks = Hooks(system, time_policy)
-        self.copies = CopyEngine(self.hooks, self.cache, self.rec, backend, self.E * self.L)
-        self.index = BlockIndex(trace)
-        self.step = LayerStep(self.index, RoutingView(self.index), self.hooks, self.copies,
-                              self.cache, self.rec, SimExecutor(backend), self.E)
+        self.index = BlockIndex.of(trace)
+        if self.core == "compiled":  # at most one access per union entry, one row per block
+            self.rec.reserve(len(self.index.ids_array), len(self.index.bounds_array) - 1)
+        self.copies, self.step = cores.make_step(self.core, self.index, RoutingView(self.index),
+                                                 self.hooks, self.cache, self.rec, backend,
+                                                 self.E)
 
     @property
     def policy_s(self) -> float | None:
@@ -83,6 +86,9 @@ class Engine:
         """Replay the trace; with a driver, run each iteration for real (docs/real-backend.md)."""
         tr = self.trace
         if driver is not None:
+            if self.core != "python":
+                raise EngineError("live runs need engine_core 'python' (the driver's "
+                                  "executor runs inside the python layer step)")
             if self.max_batch != 1:
                 raise EngineError("live runs support max_batch = 1 only")
             self._driver, self.step.executor = driver, driver.executor

@@ -67,9 +67,7 @@ class Recorder:
         self._tr = _Columns("qbdddd")  # key, kind, proposed, issue, start, ready ms
         self._tr_buf = self._tr.buf
         self.tr_evict_ms = array("d")  # per transfer; NaN while resident
-        self._it_ms = array("d")  # start ms, end ms per iteration (numbered 0.. in order)
-        self._it_prefill = array("b")
-        self._members = array("q")  # iteration, request, step
+        self.iterations = IterationLog()
         self.prefetch_dropped = 0
         self.peak_cache_bytes = 0
 
@@ -101,14 +99,7 @@ class Recorder:
         self.tr_evict_ms[tid] = t
 
     def iteration(self, index: int, kind: str, start: float, end: float, members) -> None:
-        self._it_ms.append(start)
-        self._it_ms.append(end)
-        self._it_prefill.append(kind == "prefill")
-        m = self._members
-        for r, s in members:
-            m.append(index)
-            m.append(r)
-            m.append(s)
+        self.iterations.add(index, kind, start, end, members)
 
     # ---- tables -------------------------------------------------------------------------------
     @property
@@ -120,31 +111,62 @@ class Recorder:
         copy of an access column), tokens and `expert_bytes`."""
         self._flush()
         acc, tr_c = self._acc, self._tr
-        blocks = [_view(self._blocks, j) for j in range(3)]
-        counts = np.diff(blocks[2], prepend=0)  # [n_blocks] accesses per block
-        accesses = {
-            "iteration": np.repeat(blocks[0], counts), "layer": np.repeat(blocks[1], counts),
-            "expert": _view(acc, 0), "request": _view(acc, 5), "class": _view(acc, 1),
-            "transfer_id": _view(acc, 2), "need_ms": _view(acc, 3), "start_ms": _view(acc, 4),
-        }
-        transfers = {name: _view(tr_c, j) for j, name in enumerate(
-            ("key", "kind", "proposed_ms", "issue_ms", "start_ms", "ready_ms"))}
-        transfers["evict_ms"] = np.frombuffer(self.tr_evict_ms, dtype=np.float64)
-        # Iterations are numbered 0.. in order, so the index is the row.
-        it_ms = np.array(self._it_ms, dtype=np.float64).reshape(-1, 2)
-        it_prefill = np.array(self._it_prefill, dtype=np.int8).astype(bool)
-        mem = np.array(self._members, dtype=np.int64).reshape(-1, 3)  # iteration, request, step
-        tokens = {
-            "request": mem[:, 1].copy(), "token_index": mem[:, 2].copy(),
-            "iteration": mem[:, 0].copy(), "time_ms": it_ms[mem[:, 0], 1],
-            "iteration_start_ms": it_ms[mem[:, 0], 0], "prefill": it_prefill[mem[:, 0]],
-        }
-        return {"accesses": accesses, "transfers": transfers, "tokens": tokens,
-                "expert_bytes": self.expert_bytes}
+        return stored_dict([_view(self._blocks, j) for j in range(3)],
+                           [_view(acc, j) for j in range(ACC_COLS)],
+                           [_view(tr_c, j) for j in range(6)]
+                           + [np.frombuffer(self.tr_evict_ms, dtype=np.float64)],
+                           self.iterations, self.expert_bytes)
 
     def tables(self) -> dict[str, dict[str, np.ndarray]]:
         """Every column of accesses, transfers and tokens (docs/metrics.md), computed now."""
         return eager(full_tables(self.stored_tables()))
+
+
+class IterationLog:
+    """Iterations (numbered 0.. in order: start and end ms, prefill flag) and their token
+    members (iteration, request, step); shared by this recorder and the compiled one."""
+
+    def __init__(self):
+        self.it_ms = array("d")
+        self.it_prefill = array("b")
+        self.members = array("q")
+
+    def add(self, index: int, kind: str, start: float, end: float, members) -> None:
+        self.it_ms.append(start)
+        self.it_ms.append(end)
+        self.it_prefill.append(kind == "prefill")
+        m = self.members
+        for r, s in members:
+            m.append(index)
+            m.append(r)
+            m.append(s)
+
+    def tokens(self) -> dict:
+        it_ms = np.array(self.it_ms, dtype=np.float64).reshape(-1, 2)
+        it_prefill = np.array(self.it_prefill, dtype=np.int8).astype(bool)
+        mem = np.array(self.members, dtype=np.int64).reshape(-1, 3)  # iteration, request, step
+        return {
+            "request": mem[:, 1].copy(), "token_index": mem[:, 2].copy(),
+            "iteration": mem[:, 0].copy(), "time_ms": it_ms[mem[:, 0], 1],
+            "iteration_start_ms": it_ms[mem[:, 0], 0], "prefill": it_prefill[mem[:, 0]],
+        }
+
+
+def stored_dict(blocks: list, acc: list, tr: list, iterations: IterationLog,
+                expert_bytes: int) -> dict:
+    """The stored tables from column arrays: blocks [iteration int32, layer int32, end access
+    index int64] per block, accesses in ACC_COLS order, transfers (key, kind, proposed,
+    issue, start, ready, evict ms)."""
+    counts = np.diff(blocks[2], prepend=0)  # [n_blocks] accesses per block
+    accesses = {
+        "iteration": np.repeat(blocks[0], counts), "layer": np.repeat(blocks[1], counts),
+        "expert": acc[0], "request": acc[5], "class": acc[1], "transfer_id": acc[2],
+        "need_ms": acc[3], "start_ms": acc[4],
+    }
+    transfers = dict(zip(("key", "kind", "proposed_ms", "issue_ms", "start_ms", "ready_ms",
+                          "evict_ms"), tr))
+    return {"accesses": accesses, "transfers": transfers, "tokens": iterations.tokens(),
+            "expert_bytes": expert_bytes}
 
 
 def _view(cols: _Columns, j: int) -> np.ndarray:

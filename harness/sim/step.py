@@ -33,8 +33,8 @@ class LayerStep:
         if len(members) == 1:  # batch 1: the block's own union, precomputed
             r, s = members[0]
             b = (index.step_off[r] + s) * self.L + layer
-            b0, b1 = index.bounds[b], index.bounds[b + 1]
-            experts, counts, owner, blocks = index.ids[b0:b1], index.cnts[b0:b1], None, {r: b}
+            experts, counts = index.block_lists(b)
+            owner, blocks = None, {r: b}
         else:
             blocks = {r: index.block(r, s, layer) for r, s in members}
             experts, counts, owner = index.union(blocks)

@@ -1,0 +1,14 @@
+"""Builds the compiled engine core (harness/sim/fast_*.pyx, C++ via Cython) in place.
+
+Everything else is in pyproject.toml. The extensions are optional: without a C++ compiler
+the install still succeeds and the engine runs its pure-Python reference core
+(harness/sim/cores.py; `engine_core` in the config)."""
+
+from Cython.Build import cythonize
+from setuptools import Extension, setup
+
+FAST = ("fast_state", "fast_copies", "fast_step")
+extensions = [Extension(f"harness.sim.{name}", [f"harness/sim/{name}.pyx"], language="c++",
+                        extra_compile_args=["-O2"], optional=True) for name in FAST]
+
+setup(ext_modules=cythonize(extensions, language_level=3, quiet=True))

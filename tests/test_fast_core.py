@@ -1,0 +1,109 @@
+"""The compiled engine core against its pure-Python reference (harness/sim/cores.py).
+
+Every system of conf/system (and a few composed pairs) runs on both cores over several
+traces: batch 1, a static batch of 8, online Poisson arrivals with continuous batching, a
+cache tighter than a prefill layer (deferred demand fetches), and an encoder-decoder model.
+The accesses, transfers and tokens tables must be identical, column by column and dtype by
+dtype, and so must what the system reports of itself. Skips when the core is not built.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from core.specs import hardware_spec_from_dict, model_spec_from_dict
+from core.targets import build_target
+from harness.runner.config import compose_config, system_names
+from harness.runner.run import load_routing
+from harness.sim import cores
+from harness.sim.backend_sim import SimBackend
+from harness.sim.copies import EngineError
+from harness.sim.engine import Engine
+from harness.sim.memory import plan_memory
+from systems.base import System
+
+pytestmark = pytest.mark.skipif(not cores.compiled_available(),
+                                reason=f"compiled core not built: {cores.COMPILED_ERROR}")
+
+BASE = ["experiment=table1", "workload.prompt_len=40", "workload.output_len=6",
+        "calibration_requests=6", "progress=false", "trace_cache_dir=null"]
+SETTINGS = {
+    "b1": ["workload.num_requests=6", "expert_cache_gb=4"],
+    "b8": ["workload.num_requests=10", "expert_cache_gb=4", "max_batch=8"],
+    "online": ["workload.num_requests=12", "expert_cache_gb=4", "max_batch=8",
+               "arrivals=poisson", "workload.arrivals.rate_rps=5"],
+    "tight": ["workload.num_requests=5", "expert_cache_gb=1.2"],
+    "switch": ["workload.num_requests=5", "model=switch_base_128", "expert_cache_gb=0.5"],
+}
+COMPOSED = [["system/evictor=lfu", "system/prefetcher=predictor"],
+            ["system/evictor=fifo", "system/prefetcher=eamc"],
+            ["system/evictor=belady", "system/prefetcher=spec_next_layer"],
+            ["system/evictor=lifo_inactive", "system/prefetcher=fmoe_maps"]]
+PER_SYSTEM = {"moe_infinity": ["system.eamc_capacity=5"], "fmoe": ["system.store_capacity=6"]}
+TIMING_FREE = {"oracle", "belady", "belady_bypass", "belady_lookahead"}  # need a fixed schedule
+
+
+def run(overrides: list[str], core: str):
+    cfg = compose_config(BASE + overrides)
+    model = model_spec_from_dict(cfg["model"], "model")
+    hw = hardware_spec_from_dict(cfg["hardware"], "hardware")
+    trace = load_routing(cfg, model, "measure")
+    max_ctx = int(np.max(trace.prompt_len.astype(np.int64) + trace.output_len))
+    plan = plan_memory(model, hw, max_ctx, cfg["max_batch"], cfg["expert_cache_gb"])
+    system = build_target(cfg["system"], "system", System)
+    engine = Engine(model, SimBackend(model, hw), trace, system, plan.expert_cache_bytes,
+                    cfg["max_batch"], core=core)
+    assert engine.core == core
+    if system.needs_calibration():
+        system.warmup(load_routing(cfg, model, "calibration", cfg["calibration_requests"]))
+    try:
+        rec = engine.run()
+    except EngineError as exc:  # both cores must fail alike
+        return {"error": str(exc)}
+    return {"tables": rec.tables(), "describe": system.describe(),
+            "dropped": rec.prefetch_dropped, "peak": engine.cache.peak_bytes}
+
+
+def assert_same(a: dict, b: dict) -> None:
+    assert a.keys() == b.keys()
+    if "error" in a:
+        assert a == b
+        return
+    assert (a["describe"], a["dropped"], a["peak"]) == (b["describe"], b["dropped"], b["peak"])
+    for name, table in a["tables"].items():
+        other = b["tables"][name]
+        assert list(table) == list(other), name
+        for col, values in table.items():
+            assert values.dtype == other[col].dtype, (name, col)
+            np.testing.assert_array_equal(values, other[col], err_msg=f"{name}.{col}")
+
+
+CASES = [(s, k) for s in system_names() for k in SETTINGS
+         if not (s in TIMING_FREE and k == "online")]
+
+
+@pytest.mark.parametrize(("system", "setting"), CASES)
+def test_cores_give_identical_tables(system, setting):
+    overrides = [f"system={system}", *SETTINGS[setting], *PER_SYSTEM.get(system, [])]
+    assert_same(run(overrides, "python"), run(overrides, "compiled"))
+
+
+@pytest.mark.parametrize("parts", COMPOSED, ids=lambda p: "+".join(x.split("=")[1] for x in p))
+@pytest.mark.parametrize("setting", ["b1", "b8", "tight"])
+def test_composed_pairs_identical(parts, setting):
+    overrides = ["system=composed", *parts, *SETTINGS[setting]]
+    assert_same(run(overrides, "python"), run(overrides, "compiled"))
+
+
+def test_errors_and_choice():
+    with pytest.raises(EngineError, match="engine_core: must be one of"):
+        cores.resolve("fast", object())
+
+    class Moves:
+        def load_expert(self, key, kind):
+            pass
+
+    assert cores.resolve("auto", Moves()) == "python"
+    with pytest.raises(EngineError, match="replays traces only"):
+        cores.resolve("compiled", Moves())
