@@ -18,7 +18,8 @@ PIP := $(PY) -m pip install --quiet --disable-pip-version-check
 .PHONY: reproduce-table1 reproduce-zoo audit-prefetch test lint bench-sim bench-policies bench-behaviour \
 	bench-backend clean-results
 
-$(STAMP): pyproject.toml
+# setup.py compiles the engine's fast core (harness/sim/fast_*.pyx) in place: edits rebuild it.
+$(STAMP): pyproject.toml setup.py $(wildcard harness/sim/fast_*.pyx harness/sim/fast_*.pxd)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) -e '.[dev]'
 	touch $(STAMP)

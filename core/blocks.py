@@ -126,17 +126,21 @@ class BlockIndex:
 
 def _merge(ids: np.ndarray, cnts: np.ndarray, bounds: np.ndarray, blocks: dict[int, int],
            with_owner: bool):
+    """Union of `blocks` (request -> block, in member order): ascending ids, summed counts
+    and, with_owner, the first request (in member order) per id."""
     if len(blocks) == 1:
         (b,) = blocks.values()
         b0, b1 = bounds[b:b + 2].tolist()
         return ids[b0:b1].tolist(), cnts[b0:b1].tolist(), None
-    acc: dict[int, int] = {}
-    owner: dict[int, int] = {}
-    for r, b in blocks.items():
-        b0, b1 = bounds[b:b + 2].tolist()
-        for e, c in zip(ids[b0:b1].tolist(), cnts[b0:b1].tolist()):
-            acc[e] = acc.get(e, 0) + c
-            if with_owner and e not in owner:
-                owner[e] = r
-    experts = sorted(acc)
-    return experts, [acc[e] for e in experts], owner if with_owner else None
+    spans = bounds[np.fromiter(blocks.values(), np.int64, len(blocks))[:, None] + [0, 1]]
+    lens = spans[:, 1] - spans[:, 0]  # [members] union entries per block
+    rows = np.repeat(spans[:, 0] - np.cumsum(lens) + lens, lens) + np.arange(lens.sum())
+    got = ids[rows]  # [entries] in member order
+    acc = np.bincount(got, weights=cnts[rows], minlength=1)  # exact: integer sums < 2**53
+    experts = np.flatnonzero(acc)
+    counts = acc[experts].astype(np.int64).tolist()
+    if not with_owner:
+        return experts.tolist(), counts, None
+    _, first = np.unique(got, return_index=True)  # first entry per id, ids ascending
+    owners = np.repeat(np.fromiter(blocks.keys(), np.int64, len(blocks)), lens)[first]
+    return experts.tolist(), counts, dict(zip(experts.tolist(), owners.tolist()))

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from helpers import EvictableSet, FixedBackend, optimal_loads, random_trace, tiny_model
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from core.access import NEVER, access_sequence
@@ -74,6 +74,7 @@ def test_belady_loads_equal_the_brute_force_optimum(slots):
 @given(seed=st.integers(0, 10_000), experts=st.integers(3, 5), layers=st.integers(1, 2),
        top_k=st.integers(1, 2), requests=st.integers(1, 2), output_len=st.integers(1, 4),
        extra=st.integers(1, 4))
+@example(seed=303, experts=4, layers=2, top_k=2, requests=2, output_len=4, extra=2)
 def test_belady_is_min_on_random_traces(seed, experts, layers, top_k, requests, output_len,
                                         extra):
     # A cache smaller than a step's experts evicts inside the step, where the engine runs
@@ -89,9 +90,19 @@ def test_belady_is_min_on_random_traces(seed, experts, layers, top_k, requests, 
     # huge window: Belady itself (same ties); small window: never better than MIN
     assert _copies(BeladyLookahead(10**6), slots, trace, model) == best
     assert _copies(BeladyLookahead(1), slots, trace, model) >= best
-    # bypass: a demand policy on the same slots, and MIN at one slot less never bypasses
-    bypass = _copies(BeladyBypass(), slots, trace, model)
-    assert best <= bypass <= optimal_loads(seq, slots - 1)
+    # bypass: a demand policy on the same slots, and MIN at one slot less never bypasses.
+    # Its admission decides which experts are resident, and the engine runs a step's
+    # residents before its misses, so the order it serves can differ from `seq` inside a
+    # step (seed 303, 4 experts, 2 layers, top-2, 2 requests of 4 tokens, 6 slots: 10 loads
+    # against MIN(seq) = 11, and MIN of the served order is 10): the bounds are MIN over the
+    # order the run served.
+    t = Engine(model, FixedBackend(), trace, BeladyBypass(),
+               slots * model.expert_bytes).run().tables()
+    served = (t["accesses"]["layer"].astype(np.int64) * experts
+              + t["accesses"]["expert"]).tolist()
+    assert sorted(served) == sorted(seq)
+    bypass = len(t["transfers"]["kind"])
+    assert optimal_loads(served, slots) <= bypass <= optimal_loads(served, slots - 1)
 
 
 # belady_lookahead k = 1 at 3 slots, by hand (iteration i = step; known: uses before position

@@ -58,23 +58,26 @@ class LRUPerLayer(Evictor):
         self.layers[key // self.ctx.num_experts].pop(key, None)
 
     def choose_victim(self, candidates, incoming, demand, now_ms):
-        lru = self.layers[incoming // self.ctx.num_experts]
+        layer = incoming // self.ctx.num_experts
+        lru = self.layers[layer]
         victim = None
         if len(lru) >= self.slots_per_layer or candidates.full:
             victim = candidates.first_of(lru)
         if victim is None and candidates.full:
-            victim = self._borrow(candidates, lru)
+            victim = self._borrow(candidates, layer)
         return victim
 
-    def _borrow(self, candidates, lru):
+    def _borrow(self, candidates, layer: int):
         """Every expert of this layer is in use: the least recent evictable expert of the
         layer holding the most (ties: the lowest layer), else of the next fullest, and so on."""
-        others = [d for d in self.layers if d is not lru]
-        if not others:  # a one-layer model has nowhere to borrow from
+        if len(self.layers) < 2:  # a one-layer model has nowhere to borrow from
             return None
-        # max returns the first of equal sizes, the lowest layer: the usual answer, in O(L).
-        victim = candidates.first_of(max(others, key=len))
+        sizes = list(map(len, self.layers))
+        sizes[layer] = -1  # not this layer
+        # index(max) is the first of equal sizes, the lowest layer: the usual answer, in O(L).
+        victim = candidates.first_of(self.layers[sizes.index(max(sizes))])
         if victim is None:  # that layer is all in use or in flight: walk them by size
+            others = [d for i, d in enumerate(self.layers) if i != layer]
             # sorted is stable: equal sizes keep the lowest layer first
             for other in sorted(others, key=len, reverse=True):
                 victim = candidates.first_of(other)
