@@ -30,6 +30,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from harness.bench.sim_targets import TABLE1_SYSTEMS, checks, time_table1
+
 LABEL = "SIMULATED engine timing on synthetic routing"
 BLAS_ENV = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 # (JSON key suffix, requests (None: --requests), max_batch)
@@ -112,30 +114,37 @@ def child(system_name: str, requests: int, max_batch: int, repeats: int, check: 
         return out
     slo = (float(cfg["slo_ttft_ms"]), float(cfg["slo_tpot_ms"]))
 
-    def one_run(system) -> tuple[dict, dict, int]:
+    def one_run(system, memory: dict | None = None) -> tuple[dict, dict, int]:
         parts = {}
         t0 = time.process_time()
         engine = Engine(model, SimBackend(model, hw), trace, system, plan.expert_cache_bytes,
                         max_batch)
         parts["engine_init_s"] = time.process_time() - t0
+        out["engine_core"] = engine.core
         if calib is not None:
             _, parts["warmup_s"] = _cpu(lambda: system.warmup(calib))
         rec, parts["run_s"] = _cpu(engine.run)
         tables, parts["tables_s"] = _cpu(rec.stored_tables)  # as harness/runner/run.py
+        if memory is not None:  # traces + engine, recorder, stored tables
+            memory["engine"] = _rss_mb()
         metrics, parts["summarize_s"] = _cpu(lambda: summarize(
             full_tables(tables), trace.arrival_ms, model.expert_bytes, *slo))
+        if memory is not None:  # + the summary's transient columns
+            memory["metrics"] = _rss_mb()
         parts["total_s"] = time.process_time() - t0
         return parts, {"tables": tables, "metrics": metrics}, rec.num_accesses
 
-    runs = []
-    for _ in range(repeats):
+    runs, memory, last = [], {}, None
+    for i in range(repeats):
+        last = None  # the previous run's tables are not held beside this one
         gc.collect()
-        parts, last, n_acc = one_run(build_target(cfg["system"], "system", System))
+        parts, last, n_acc = one_run(build_target(cfg["system"], "system", System),
+                                     memory if i == 0 else None)
         runs.append(parts)
     med = statistics.median(p["total_s"] for p in runs)
     out.update(status="ok", accesses=n_acc, cpu_s=med, accesses_per_cpu_s=n_acc / med,
                cpu_s_parts=min(runs, key=lambda p: abs(p["total_s"] - med)),
-               peak_rss_engine_mb=_rss_mb())  # traces + engine, tables, metrics
+               peak_rss_engine_mb=memory["engine"], peak_rss_metrics_mb=memory["metrics"])
     _, out["compute_floor_cpu_s"] = _cpu(lambda: compute_floor_ms(model, hw, trace, max_batch))
     with tempfile.TemporaryDirectory() as tmp:
         result = {"run_id": "bench-sim", "config": cfg, "metrics": last["metrics"]}
@@ -144,8 +153,9 @@ def child(system_name: str, requests: int, max_batch: int, repeats: int, check: 
     # The whole run: trace generation, engine, tables, metrics, result writing.
     out["peak_rss_mb"] = max(_rss_mb(), out["peak_rss_trace_mb"])
     if out["rss_after_trace_mb"] is not None and out["peak_reset"]:
-        out["bytes_per_access_beyond_trace"] = (
-            (out["peak_rss_engine_mb"] - out["rss_after_trace_mb"]) * 2**20 / max(n_acc, 1))
+        for name, key in (("", "peak_rss_engine_mb"), ("_with_metrics", "peak_rss_metrics_mb")):
+            out["bytes_per_access_beyond_trace" + name] = (
+                (out[key] - out["rss_after_trace_mb"]) * 2**20 / max(n_acc, 1))
     last = None  # free the tables before the reference loop
     gc.collect()
     # The reference loop, same process, same trace, batch 1 (its stream is built untimed).
@@ -209,6 +219,8 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--repeats", type=int, default=3, help="median of this many runs")
     ap.add_argument("--skip-1000", action="store_true", help="no 1,000-request setting")
     ap.add_argument("--skip-batch32", action="store_true", help="no batch-32 setting")
+    ap.add_argument("--skip-table1", action="store_true",
+                    help="do not time the whole Table 1 sweep (make reproduce-table1's runs)")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     ap.add_argument("--batch", type=int, default=1, help=argparse.SUPPRESS)
     ap.add_argument("--check", action="store_true", help=argparse.SUPPRESS)
@@ -248,7 +260,9 @@ def main(argv: list[str]) -> int:
             f = figures[name]
             f["status" + suffix] = r["status"]
             for key in ("accesses", "accesses_per_cpu_s", "peak_rss_mb", "peak_rss_engine_mb",
-                        "rss_after_trace_mb", "reference_accesses_per_cpu_s", "ratio"):
+                        "peak_rss_metrics_mb", "rss_after_trace_mb", "ratio",
+                        "reference_accesses_per_cpu_s", "bytes_per_access_beyond_trace",
+                        "bytes_per_access_beyond_trace_with_metrics", "engine_core"):
                 f[key + suffix] = r.get(key)
             print(f"{name:<14}{_fmt(r.get('accesses'), 'd'):>10}"
                   f"{_fmt(r.get('accesses_per_cpu_s'), ',.0f'):>11}"
@@ -269,11 +283,26 @@ def main(argv: list[str]) -> int:
         print(f"reference check vs {check['system']} at batch 1: "
               f"{'match' if check['match'] else 'MISMATCH'} (engine {check['engine']}, "
               f"reference {check['reference']})")
+    table1 = None
+    if not args.skip_table1:
+        print(f"\nTable 1 sweep ({TABLE1_SYSTEMS}, {args.requests} requests, fresh results and "
+              "trace cache, one process): ", end="", flush=True)
+        table1 = time_table1(args.requests)
+        print(f"{table1['cpu_s']:.1f} CPU s, {table1['wall_s']:.1f} s wall, largest run folder "
+              f"{table1['largest_run_mb']:.1f} MB" if table1["status"] == "ok"
+              else f"FAILED\n{table1['error']}")
+    targets = checks(figures, table1)
+    print("\ntargets (issue 'Engine speed and memory'):")
+    for name, value, want, ok in targets:
+        print(f"  {'ok  ' if ok else 'MISS'} {name}: {_fmt(value, '.4g')} (target {want})")
     doc = {"label": LABEL, "simulated": True, "synthetic_routing": True,
            "setting": {"experiment": "table1", "requests": args.requests,
                        "repeats": args.repeats, "timer": "time.process_time, fresh process",
                        "blas_threads": 1, "cpus": os.cpu_count()},
-           "systems": figures, "reference_check": check, "details": details}
+           "systems": figures, "reference_check": check, "details": details,
+           "table1_sweep": table1,
+           "targets": [{"name": n, "value": v, "target": w, "met": ok}
+                       for n, v, w, ok in targets]}
     if args.json:
         path = Path(args.json)
         path.parent.mkdir(parents=True, exist_ok=True)

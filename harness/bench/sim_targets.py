@@ -1,0 +1,84 @@
+"""The targets of `moebench bench-sim` (issue "Engine speed and memory") and the Table 1 sweep
+it times whole.
+
+The ratio engine / reference loop is binding (it survives a noisy machine); absolute figures
+are reported beside it. Each check is (name, measured value, target, passed).
+"""
+
+from __future__ import annotations
+
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+# Ratio engine / reference loop, accesses per CPU-s, at the Table 1 setting.
+RATIO_TARGETS = {"lru": 0.12, "on_demand": 0.12, "layer_offload": 0.12, "no_offload": 0.12,
+                 "oracle": 0.12, "moe_infinity": 0.03, "fmoe": 0.03, "diff_moe": 0.03}
+MAX_COST_1000 = 1.10  # per-access cost at 1,000 requests / at the Table 1 size
+MAX_COST_BATCH32 = 2.0  # per-access cost at batch 32 / at batch 1
+MAX_BYTES_PER_ACCESS = 64.0  # engine + recorder beyond the trace
+MAX_PEAK_RSS_1000_MB = 1024.0  # the whole 1,000-request lru run
+MAX_TABLE1_CPU_S = 60.0  # all eight Table 1 runs, trace generation included
+MAX_RUN_FOLDER_MB = 20.0  # one Table 1 run folder with its per-access rows
+# `make reproduce-table1`'s system selection (tests/test_composed.py checks the Makefile)
+TABLE1_SYSTEMS = "glob(*,exclude=[composed,belady,belady_bypass,belady_lookahead])"
+
+
+def checks(figures: dict, table1: dict | None) -> list[tuple[str, float | None, str, bool]]:
+    """Every target against `figures` (bench-sim's per-system figures) and the Table 1 sweep."""
+    out = []
+    for system, f in figures.items():
+        if f.get("status") != "ok":
+            continue
+        want = RATIO_TARGETS.get(system)
+        if want is not None:
+            out.append((f"{system} ratio", f.get("ratio"), f">= {want}",
+                        f.get("ratio") is not None and f["ratio"] >= want))
+        for suffix, limit, label in (("_1000_requests", MAX_COST_1000, "cost at 1000 req"),
+                                     ("_batch32", MAX_COST_BATCH32, "cost at batch 32")):
+            other = f.get("accesses_per_cpu_s" + suffix)
+            if other:
+                cost = f["accesses_per_cpu_s"] / other
+                out.append((f"{system} {label} / Table 1", cost, f"<= {limit}", cost <= limit))
+        b = f.get("bytes_per_access_beyond_trace")
+        if b is not None:
+            out.append((f"{system} engine+recorder B/access beyond trace", b,
+                        f"<= {MAX_BYTES_PER_ACCESS:g}", b <= MAX_BYTES_PER_ACCESS))
+    peak = figures.get("lru", {}).get("peak_rss_mb_1000_requests")
+    if peak is not None:
+        out.append(("lru 1000-request run peak RSS MB", peak, f"<= {MAX_PEAK_RSS_1000_MB:g}",
+                    peak <= MAX_PEAK_RSS_1000_MB))
+    if table1 is not None and table1.get("status") == "ok":
+        out.append(("Table 1 sweep CPU s (8 systems, generation included)", table1["cpu_s"],
+                    f"<= {MAX_TABLE1_CPU_S:g}", table1["cpu_s"] <= MAX_TABLE1_CPU_S))
+        out.append(("largest Table 1 run folder MB", table1["largest_run_mb"],
+                    f"<= {MAX_RUN_FOLDER_MB:g}", table1["largest_run_mb"] <= MAX_RUN_FOLDER_MB))
+    return out
+
+
+def time_table1(requests: int) -> dict:
+    """`make reproduce-table1`'s sweep (basic launcher, one process) into a fresh folder and
+    a fresh trace cache: CPU seconds of the child (user + sys), wall seconds, run folders."""
+    with tempfile.TemporaryDirectory() as tmp:
+        cmd = [sys.executable, "-m", "moebench.cli", "-m", "experiment=table1",
+               f"system={TABLE1_SYSTEMS}", f"workload.num_requests={requests}",
+               f"calibration_requests={requests}",
+               f"results_dir={tmp}/results", f"trace_cache_dir={tmp}/cache", "progress=false"]
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        t0 = time.perf_counter()
+        p = subprocess.run(cmd, capture_output=True, text=True)
+        wall = time.perf_counter() - t0
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        if p.returncode != 0:
+            return {"status": "failed", "error": (p.stdout + p.stderr)[-2000:]}
+        runs = [d for d in Path(tmp, "results", "table1").iterdir()
+                if d.is_dir() and (d / "result.json").is_file()]
+        sizes = {d.name: sum(f.stat().st_size for f in d.rglob("*") if f.is_file()) / 2**20
+                 for d in runs}
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return {"status": "ok", "cpu_s": cpu, "wall_s": wall, "runs": len(runs),
+            "largest_run_mb": max(sizes.values(), default=0.0), "run_folder_mb": sizes,
+            "requests": requests}
