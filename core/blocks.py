@@ -118,8 +118,11 @@ class BlockIndex:
     def spec_union(self, blocks: dict[int, int]):
         if self.trace.spec_topk is None:
             return None
-        if self._spec is None:
-            self._spec = block_unions(self.trace, self.trace.spec_topk)
+        if self._spec is None:  # read in python only: the narrowest dtypes that hold it
+            ids, cnts, bounds = block_unions(self.trace, self.trace.spec_topk)
+            self._spec = (ids.astype(np.uint8) if self.trace.num_experts <= 256 else ids,
+                          cnts.astype(np.uint16) if cnts.max(initial=0) < 2**16 else cnts,
+                          bounds)
         ids, cnts, bounds = self._spec
         return _merge(ids, cnts, bounds, blocks, with_owner=False)[:2]
 

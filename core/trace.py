@@ -13,7 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -22,6 +22,7 @@ from core.atomic import atomic_path
 FORMAT_NAME = "moe-offload-bench-trace"
 FORMAT_VERSION = "1.0"
 OPTIONAL_FIELDS = ("weights", "probs", "spec_topk", "embeddings", "prompts")
+PROJECTABLE = ("weights", "probs", "spec_topk")  # the large per-token fields project() drops
 ARRAY_FIELDS = ("prompt_len", "output_len", "arrival_ms", "step_offsets", "block_offsets", "topk",
            "weights", "probs", "spec_topk", "embeddings", "has_embedding")
 
@@ -55,6 +56,8 @@ class Trace:
     prompts: list[str | None] | None = None
     source: str = "<memory>"  # file name for error messages
     _sha: str | None = field(default=None, repr=False)
+    # Per-token fields left out of this in-memory copy by project(); not missing from the trace.
+    dropped_fields: tuple[str, ...] = field(default=(), repr=False)
 
     # ---- shape --------------------------------------------------------------------------
     @property
@@ -87,11 +90,23 @@ class Trace:
         return self.topk[self.block_offsets[b]:self.block_offsets[b + 1]]
 
     def missing_fields(self) -> list[str]:
+        """Optional fields the trace does not have (fields dropped by project() it has)."""
         out = [name for name in ("weights", "probs", "spec_topk", "embeddings")
-               if getattr(self, name) is None]
+               if getattr(self, name) is None and name not in self.dropped_fields]
         if self.prompts is None:
             out.append("prompts")
         return out
+
+    def project(self, keep) -> Trace:
+        """A copy sharing this trace's arrays without the per-token fields (weights, probs,
+        spec_topk) not in `keep`: a run holds only what its system reads. The copy keeps the
+        whole trace's sha256 (computed first) and reports dropped fields as present."""
+        drop = tuple(f for f in PROJECTABLE if f not in keep and getattr(self, f) is not None)
+        if not drop:
+            return self
+        sha = self.content_sha256()
+        return replace(self, **{f: None for f in drop}, _sha=sha,
+                       dropped_fields=tuple(sorted({*self.dropped_fields, *drop})))
 
     def expected_tokens(self, request: int, step: int) -> list[int]:
         """Tokens per MoE layer in one step (ragged by stack for encoder-decoder models)."""
@@ -336,6 +351,9 @@ def write_trace(tr: Trace, path: str | os.PathLike, compress: bool = True) -> st
     """Write atomically (hidden temporary sibling + rename, core/atomic.py); returns the
     content sha256. compress=False stores the arrays uncompressed (the same format, read by
     the same reader): ~25 % larger, ~50x faster to write (the runner's trace cache)."""
+    if tr.dropped_fields:
+        raise TraceError(f"{tr.source}: an in-memory projection without "
+                         f"{', '.join(tr.dropped_fields)} cannot be written as the trace")
     tr.validate()
     tr._sha = None  # arrays may have been edited since the checksum was last computed
     arrays = {name: getattr(tr, name) for name in ARRAY_FIELDS if getattr(tr, name) is not None}

@@ -96,14 +96,16 @@ def child(system_name: str, requests: int, max_batch: int, repeats: int, check: 
     hw = hardware_spec_from_dict(cfg["hardware"], "hardware")
     out = {"system": system_name, "requests": requests, "max_batch": max_batch,
            "rss_start_mb": _rss_mb()}
-    trace, gen_s = _cpu(lambda: load_routing(cfg, model, "measure"))
+    probe = build_target(cfg["system"], "system", System)
+    # as harness/runner/run.py: the traces hold the per-token fields the system reads
+    trace, gen_s = _cpu(lambda: load_routing(cfg, model, "measure", fields=probe.uses_fields))
     max_ctx = int(np.max(trace.prompt_len.astype(np.int64) + trace.output_len))
     plan = plan_memory(model, hw, max_ctx, max_batch, cfg.get("expert_cache_gb"))
-    probe = build_target(cfg["system"], "system", System)
     calib = None
     if probe.needs_calibration():
         calib, calib_s = _cpu(lambda: load_routing(cfg, model, "calibration",
-                                                   cfg["calibration_requests"]))
+                                                   cfg["calibration_requests"],
+                                                   fields=probe.uses_fields))
         gen_s += calib_s
     out["trace_gen_cpu_s"] = gen_s
     out["peak_rss_trace_mb"] = _rss_mb()  # imports + trace generation
@@ -124,9 +126,11 @@ def child(system_name: str, requests: int, max_batch: int, repeats: int, check: 
         if calib is not None:
             _, parts["warmup_s"] = _cpu(lambda: system.warmup(calib))
         rec, parts["run_s"] = _cpu(engine.run)
-        tables, parts["tables_s"] = _cpu(rec.stored_tables)  # as harness/runner/run.py
-        if memory is not None:  # traces + engine, recorder, stored tables
+        if memory is not None:  # traces + the engine (index, cache) and the recorder's columns
             memory["engine"] = _rss_mb()
+        tables, parts["tables_s"] = _cpu(rec.stored_tables)  # as harness/runner/run.py
+        if memory is not None:  # + the stored tables (per-access iteration and layer)
+            memory["tables"] = _rss_mb()
         metrics, parts["summarize_s"] = _cpu(lambda: summarize(
             full_tables(tables), trace.arrival_ms, model.expert_bytes, *slo))
         if memory is not None:  # + the summary's transient columns
@@ -144,7 +148,8 @@ def child(system_name: str, requests: int, max_batch: int, repeats: int, check: 
     med = statistics.median(p["total_s"] for p in runs)
     out.update(status="ok", accesses=n_acc, cpu_s=med, accesses_per_cpu_s=n_acc / med,
                cpu_s_parts=min(runs, key=lambda p: abs(p["total_s"] - med)),
-               peak_rss_engine_mb=memory["engine"], peak_rss_metrics_mb=memory["metrics"])
+               peak_rss_engine_mb=memory["engine"], peak_rss_tables_mb=memory["tables"],
+               peak_rss_metrics_mb=memory["metrics"])
     _, out["compute_floor_cpu_s"] = _cpu(lambda: compute_floor_ms(model, hw, trace, max_batch))
     with tempfile.TemporaryDirectory() as tmp:
         result = {"run_id": "bench-sim", "config": cfg, "metrics": last["metrics"]}
@@ -153,7 +158,8 @@ def child(system_name: str, requests: int, max_batch: int, repeats: int, check: 
     # The whole run: trace generation, engine, tables, metrics, result writing.
     out["peak_rss_mb"] = max(_rss_mb(), out["peak_rss_trace_mb"])
     if out["rss_after_trace_mb"] is not None and out["peak_reset"]:
-        for name, key in (("", "peak_rss_engine_mb"), ("_with_metrics", "peak_rss_metrics_mb")):
+        for name, key in (("", "peak_rss_engine_mb"), ("_with_tables", "peak_rss_tables_mb"),
+                          ("_with_metrics", "peak_rss_metrics_mb")):
             out["bytes_per_access_beyond_trace" + name] = (
                 (out[key] - out["rss_after_trace_mb"]) * 2**20 / max(n_acc, 1))
     last = None  # free the tables before the reference loop
@@ -262,6 +268,7 @@ def main(argv: list[str]) -> int:
             for key in ("accesses", "accesses_per_cpu_s", "peak_rss_mb", "peak_rss_engine_mb",
                         "peak_rss_metrics_mb", "rss_after_trace_mb", "ratio",
                         "reference_accesses_per_cpu_s", "bytes_per_access_beyond_trace",
+                        "bytes_per_access_beyond_trace_with_tables",
                         "bytes_per_access_beyond_trace_with_metrics", "engine_core"):
                 f[key + suffix] = r.get(key)
             print(f"{name:<14}{_fmt(r.get('accesses'), 'd'):>10}"

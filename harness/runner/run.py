@@ -12,7 +12,7 @@ import numpy as np
 from core.knobs import KnobError
 from core.specs import SpecError, hardware_spec_from_dict, model_spec_from_dict
 from core.targets import build_target
-from core.trace import Trace, TraceError, read_trace
+from core.trace import PROJECTABLE, Trace, TraceError, read_trace
 from harness.runner.floor import compute_floor_ms, headroom
 from harness.runner.logger import log_run
 from harness.runner.provenance import code_version, environment, run_id
@@ -36,34 +36,48 @@ from systems.base import System
 _TRACE_MEMO: dict[str, Trace] = {}  # multirun jobs in one process share generated traces
 
 
-def load_routing(cfg: dict, model, split: str, num_requests: int | None = None) -> Trace:
-    """The run's trace: a trace file when `routing` is set, else the synthetic generator."""
+def load_routing(cfg: dict, model, split: str, num_requests: int | None = None,
+                 fields=None) -> Trace:
+    """The run's trace: a trace file when `routing` is set, else the synthetic generator.
+
+    `fields`: the per-token fields (weights, probs, spec_topk) the caller reads; the others
+    are left out of the copy kept in memory (Trace.project: the sha256 stays the whole
+    trace's). None keeps them all. A memoised copy that lacks a field asked for is read or
+    generated again (the same trace: the generator is seeded)."""
     path = cfg.get("routing") if split == "measure" else cfg.get("calibration_routing")
     if path:
         key = f"file:{Path(path).resolve()}"
-        if key not in _TRACE_MEMO:
-            _TRACE_MEMO[key] = read_trace(path)
-        return _TRACE_MEMO[key]
-    workload = dict(cfg["workload"])
-    workload["split"] = split
-    workload["seed"] = int(cfg["seed"])
-    if num_requests is not None:
-        workload["num_requests"] = num_requests
-    key = canonical_json({"model": model.name, "bits": model.expert_bits, **workload})
-    if key not in _TRACE_MEMO:
-        synth_cfg = build_target(workload, "workload")
-        from workloads.synthetic import generate_trace
+    else:
+        workload = dict(cfg["workload"])
+        workload["split"] = split
+        workload["seed"] = int(cfg["seed"])
+        if num_requests is not None:
+            workload["num_requests"] = num_requests
+        key = canonical_json({"model": model.name, "bits": model.expert_bits, **workload})
+    want = set(PROJECTABLE if fields is None else fields)
+    held = _TRACE_MEMO.get(key)
+    if held is None or want & set(held.dropped_fields):
+        # keep what the copy held before too: a sweep's next job may read it again
+        had = set(PROJECTABLE) - set(held.dropped_fields) if held is not None else set()
+        full = read_trace(path) if path else _generate(cfg, model, key, workload)
+        full.content_sha256()  # of the whole trace, before any field is left out
+        _TRACE_MEMO[key] = held = full if fields is None else full.project(want | had)
+    return held
 
-        def generate() -> Trace:
-            try:
-                return generate_trace(model, synth_cfg)
-            except ValueError as exc:  # the workload's own checks name their `workload.` key
-                raise SpecError(str(exc)) from exc
 
-        root = cfg.get("trace_cache_dir")  # a sweep's jobs share traces on disk (trace_cache.py)
-        _TRACE_MEMO[key] = cached_trace(root, key, model, generate) if isinstance(
-            root, str) and root else generate()
-    return _TRACE_MEMO[key]
+def _generate(cfg: dict, model, key: str, workload: dict) -> Trace:
+    synth_cfg = build_target(workload, "workload")
+    from workloads.synthetic import generate_trace
+
+    def generate() -> Trace:
+        try:
+            return generate_trace(model, synth_cfg)
+        except ValueError as exc:  # the workload's own checks name their `workload.` key
+            raise SpecError(str(exc)) from exc
+
+    root = cfg.get("trace_cache_dir")  # a sweep's jobs share traces on disk (trace_cache.py)
+    return cached_trace(root, key, model, generate) if isinstance(root, str) and root \
+        else generate()
 
 
 def _check_shape(tr: Trace, model) -> Trace:
@@ -129,7 +143,7 @@ def run_config(cfg: dict) -> dict:
     hw = hardware_spec_from_dict(cfg["hardware"], "hardware")
     system = build_target(cfg["system"], "system", System)
     max_batch = cfg["max_batch"]
-    trace = _check_shape(load_routing(cfg, model, "measure"), model)
+    trace = _check_shape(load_routing(cfg, model, "measure", fields=system.uses_fields), model)
     max_ctx = int(np.max(trace.prompt_len.astype(np.int64) + trace.output_len))
     plan = plan_memory(model, hw, max_ctx, max_batch, cfg.get("expert_cache_gb"))
     code, config_sha = code_version(), config_hash(cfg)
@@ -150,7 +164,8 @@ def run_config(cfg: dict) -> dict:
     else:
         if system.needs_calibration():
             calib = _check_shape(
-                load_routing(cfg, model, "calibration", cfg["calibration_requests"]), model)
+                load_routing(cfg, model, "calibration", cfg["calibration_requests"],
+                             fields=system.uses_fields), model)
         engine = _engine(model, hw, trace, system, plan, max_batch, cfg)
     with RunLock(run_dir):
         if engine is not None:
