@@ -1,6 +1,10 @@
 """`moebench`: Hydra runner for one configuration or a multirun sweep, plus subcommands.
 
   moebench [hydra overrides]        run (or, with -m, sweep) configurations
+  moebench reproduce NAME|all       run reproduction experiments, then their reports
+  moebench report NAME|all          an experiment's table and figure from its results
+  moebench claims                   results/claims.{md,csv}: every published claim, a verdict
+  moebench figures                  every report and the claims, from results only
   moebench table1 [results dir]     write results/table1/table1.{md,csv} from finished runs
   moebench zoo [results dir]        write results/zoo/zoo.{md,csv} (evictor x prefetcher)
   moebench list [KIND]              systems, models, hardware, prompts, arrivals, experiments
@@ -113,6 +117,10 @@ def _print_outcome(outcome: dict) -> None:
 
 # Subcommand -> module whose main(argv) -> exit code runs it (imported only when used).
 SUBCOMMANDS = {
+    "reproduce": "analysis.repro.suite:reproduce_main",
+    "report": "analysis.repro.suite:report_main",
+    "claims": "analysis.repro.suite:claims_main",
+    "figures": "analysis.repro.suite:figures_main",
     "table1": "analysis.table1",
     "gap": "analysis.gap",
     "zoo": "analysis.zoo",
@@ -137,7 +145,8 @@ def main(argv: list[str] | None = None) -> None:
     if argv and argv[0] in SUBCOMMANDS:
         import importlib
 
-        sys.exit(importlib.import_module(SUBCOMMANDS[argv[0]]).main(argv[1:]))
+        module, _, func = SUBCOMMANDS[argv[0]].partition(":")
+        sys.exit(getattr(importlib.import_module(module), func or "main")(argv[1:]))
     sys.argv = [sys.argv[0], *argv]
     _hydra_main()
 

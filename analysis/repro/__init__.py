@@ -1,0 +1,13 @@
+"""The reproduction suite: one experiment per published table or figure of the seed papers,
+each with a config (conf/experiment/<name>.yaml), a make target (`make reproduce-<name>`),
+its runs, table and figure under results/<name>/, and the claims it tests with a verdict
+(results/claims.md). docs/reproduction.md lists them; analysis/repro/verdict.py holds the rule.
+
+  spec.py         Experiment and ClaimRow, what an experiment module declares
+  frame.py        a results folder as a pandas table (one row per run)
+  output.py       tables (markdown, LaTeX, CSV) and figures (PNG, PDF), byte-identical reruns
+  verdict.py      reproduced / direction only / not reproduced / not expressible
+  registry.py     every experiment, in docs order
+  suite.py        `moebench reproduce|report|claims|figures`
+  experiments/    one module per experiment
+"""
