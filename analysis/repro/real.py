@@ -1,8 +1,9 @@
 """Real routing for the reproduction suite: the shared samples imported once as trace v1.
 
   deepseek_v2_lite  prefill routing of 1,000 prompts: prompts 0-499 warm the history-based
-                    systems up (calibration_routing), 500-998 are measured; the last 8 tokens
-                    of each prompt are replayed as teacher-forced decode steps
+                    systems up (calibration_routing), 500-599 are measured (100: the suite's
+                    time budget); the last 8 tokens of each prompt are replayed as
+                    teacher-forced decode steps
   mixtral_8x7b      one prompt (~211 tokens, HumanEval problem 0): measured with its last 32
                     tokens as decode steps; no real calibration split exists (the other file
                     holds the same problem), so history-based systems warm up on the
@@ -23,8 +24,8 @@ SAMPLES = {
     "deepseek_v2_lite": {
         "file": ("routing_deepseek_v2_lite_sample", "prefill_routing_prompts_0001_1000.jsonl.gz"),
         "splits": {"cal.npz": ["--requests", "0:500", "--decode-tokens", "8"],
-                   "meas.npz": ["--requests", "500:999", "--decode-tokens", "8"]},
-        "size": "499 prompts (shared DeepSeek-V2-Lite sample), 8 teacher-forced decode steps",
+                   "meas.npz": ["--requests", "500:600", "--decode-tokens", "8"]},
+        "size": "100 prompts (shared DeepSeek-V2-Lite sample), 8 teacher-forced decode steps",
     },
     "mixtral_8x7b": {
         "file": ("routing_mixtral_sample", "routing_raw.jsonl"),
