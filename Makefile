@@ -1,6 +1,9 @@
 # moe-offload-bench. Two commands do everything on a fresh clone (Python 3.11, make, PyPI):
 #   make reproduce-table1    # MoE-Infinity Table 1 setting, every system, simulated, offline
 #   make test                # the test suite
+# The reproduction suite (docs/reproduction.md): make reproduce-<experiment> for one published
+# table or figure, make reproduce-all for every one, make figures to rebuild every table,
+# figure and results/claims.md from the results alone.
 # Each creates .venv when it is missing. `make test` also installs the real-backend and
 # embedding extras (torch first: TORCH_PIP, default the pinned CPU-or-CUDA wheel torch==2.13.0).
 
@@ -15,13 +18,13 @@ TEST_STAMP := $(VENV)/.installed-test
 TORCH_PIP ?= torch==2.13.0
 PIP := $(PY) -m pip install --quiet --disable-pip-version-check
 
-.PHONY: reproduce-table1 reproduce-zoo audit-prefetch test lint bench-sim bench-policies bench-behaviour \
-	bench-backend clean-results
+.PHONY: reproduce-table1 reproduce-zoo reproduce-all figures audit-prefetch test lint bench-sim \
+	bench-policies bench-behaviour bench-backend clean-results
 
 # setup.py compiles the engine's fast core (harness/sim/fast_*.pyx) in place: edits rebuild it.
 $(STAMP): pyproject.toml setup.py $(wildcard harness/sim/fast_*.pyx harness/sim/fast_*.pxd)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PIP) -e '.[dev]'
+	$(PIP) -e '.[dev,plots]'
 	touch $(STAMP)
 
 # Tests also cover the torch backend, recorder, calibration, embedder and tokenizer (CPU).
@@ -36,10 +39,30 @@ $(TEST_STAMP): $(STAMP)
 # ROUTING=<trace v1 file> replays an imported or recorded trace instead of synthetic routing.
 # Both reproduce targets resume: a rerun skips every complete run of the same config and code
 # (README "Sweeps"); FRESH=1 deletes the folder first and starts over.
+# Without ROUTING: the suite's table1 experiment (synthetic routing, then the shared real
+# sample when present), its table, LaTeX, CSV and figure. With ROUTING: that trace's runs and
+# table only.
 reproduce-table1: $(STAMP)
-	$(if $(FRESH),rm -rf results/table1)
-	$(MOEBENCH) -m experiment=table1 'system=glob(*,exclude=[composed,belady,belady_bypass,belady_lookahead])' $(if $(ROUTING),routing=$(abspath $(ROUTING)))
-	$(MOEBENCH) table1 results/table1
+	$(if $(FRESH),rm -rf results/table1 results/table1_real)
+	$(if $(ROUTING),$(MOEBENCH) -m experiment=table1 'system=glob(*,exclude=[composed,belady,belady_bypass,belady_lookahead])' routing=$(abspath $(ROUTING)),$(MOEBENCH) reproduce table1 --jobs $(JOBS))
+	$(if $(ROUTING),$(MOEBENCH) table1 results/table1)
+
+# One experiment of the reproduction suite (analysis/repro/experiments/<name>.py): its runs
+# (resumable, failure-isolated, JOBS parallel), then results/<name>/<name>.{md,tex,csv,png,pdf}.
+JOBS ?= 2
+reproduce-%: $(STAMP)
+	$(if $(FRESH),rm -rf results/$* results/$*_real)
+	$(MOEBENCH) reproduce $* --jobs $(JOBS)
+
+# Every experiment, then every table and figure and results/claims.md.
+reproduce-all: $(STAMP)
+	$(if $(FRESH),$(MAKE) clean-results)
+	$(MOEBENCH) reproduce all --jobs $(JOBS)
+	$(MOEBENCH) figures
+
+# Rebuild every table, figure and results/claims.md from results/ (no run; same bytes).
+figures: $(STAMP)
+	$(MOEBENCH) figures
 
 # Every evictor x every prefetcher of the composed system at the Table 1 setting (simulated,
 # synthetic routing): results/zoo/zoo.{md,csv}. REQUESTS=29 for a quick look (also the

@@ -14,6 +14,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from harness.runner.config import TABLE1_GLOB
+
 # Ratio engine / reference loop, accesses per CPU-s, at the Table 1 setting.
 RATIO_TARGETS = {"lru": 0.12, "on_demand": 0.12, "layer_offload": 0.12, "no_offload": 0.12,
                  "oracle": 0.12, "moe_infinity": 0.03, "fmoe": 0.03, "diff_moe": 0.03}
@@ -23,9 +25,7 @@ MAX_BYTES_PER_ACCESS = 64.0  # engine + recorder beyond the trace
 MAX_PEAK_RSS_1000_MB = 1024.0  # the whole 1,000-request lru run
 MAX_TABLE1_CPU_S = 60.0  # all eight Table 1 runs, trace generation included
 MAX_RUN_FOLDER_MB = 20.0  # one Table 1 run folder with its per-access rows
-# `make reproduce-table1`'s system selection (tests/test_composed.py checks the Makefile)
-TABLE1_SYSTEMS = "glob(*,exclude=[composed,belady,belady_bypass,belady_lookahead])"
-
+TABLE1_SYSTEMS = TABLE1_GLOB  # make reproduce-table1's systems
 
 def checks(figures: dict, table1: dict | None) -> list[tuple[str, float | None, str, bool]]:
     """Every target against `figures` (bench-sim's per-system figures) and the Table 1 sweep."""

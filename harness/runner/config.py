@@ -22,6 +22,8 @@ def compose_config(overrides: list[str], run_name: str = "run",
 # frame for the plug-in zoo) and the Belady bounds besides `oracle`. The Makefile's
 # reproduce-table1 glob excludes the same names.
 NOT_IN_TABLE1 = ("composed", "belady", "belady_bypass", "belady_lookahead")
+# The Hydra sweep value that selects Table 1's systems (make reproduce-table1, bench-sim)
+TABLE1_GLOB = f"glob(*,exclude=[{','.join(NOT_IN_TABLE1)}])"
 
 
 def system_names() -> list[str]:

@@ -14,8 +14,9 @@ from analysis.repro.output import grouped_bars, new_figure
 from analysis.repro.spec import Experiment, Sweep
 from analysis.repro.verdict import ClaimRow
 from analysis.table1 import ORDER
+from harness.runner.config import TABLE1_GLOB
 
-SYSTEMS = "glob(*,exclude=[composed,belady,belady_bypass,belady_lookahead])"
+SYSTEMS = TABLE1_GLOB
 PAPER = "MoE-Infinity (arXiv 2401.14361) Table 1"
 
 
