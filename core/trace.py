@@ -128,7 +128,7 @@ class Trace:
                 if arr is not None:
                     arr = np.ascontiguousarray(arr)
                     h.update(f"{name}|{arr.dtype.str}|{arr.shape}".encode())
-                    h.update(arr.tobytes())
+                    h.update(arr.reshape(-1).view(np.uint8))  # the bytes, not a copy
             self._sha = h.hexdigest()
         return self._sha
 
@@ -219,15 +219,13 @@ def validate(tr: Trace) -> None:
     if tr.topk.ndim != 2 or tr.topk.shape != (N, k):
         raise _fail(tr, f"field 'topk': shape {tr.topk.shape}, expected ({N}, {k})")
     _check_ids(tr, tr.topk, "topk", E, sentinel_ok=False)
-    if k > 1 and N:
-        srt = np.sort(tr.topk, axis=1)
-        dup = np.flatnonzero((np.diff(srt.astype(np.int64), axis=1) == 0).any(axis=1))
-        if dup.size:
-            r, s, lay = _locate_row(tr, int(dup[0]))
-            raise _fail(tr, f"field 'topk': step {s} layer {lay}: repeated expert id in a "
-                            "token's top-k", r)
+    dup = _first_repeat(tr.topk)
+    if dup is not None:
+        r, s, lay = _locate_row(tr, dup)
+        raise _fail(tr, f"field 'topk': step {s} layer {lay}: repeated expert id in a "
+                        "token's top-k", r)
     if tr.weights is not None:
-        if tr.weights.shape != (N, k) or not np.isfinite(tr.weights).all():
+        if tr.weights.shape != (N, k) or not _all_finite(tr.weights, nonneg=False):
             raise _fail(tr, f"field 'weights': shape {tr.weights.shape} (expected ({N}, {k})) "
                             "or non-finite values")
     if tr.spec_topk is not None:
@@ -236,8 +234,7 @@ def validate(tr: Trace) -> None:
                             f"expected ({N}, {k})")
         _check_ids(tr, tr.spec_topk, "spec_topk", E, sentinel_ok=True)
     if tr.probs is not None:
-        if tr.probs.shape != (S * L, E) or not np.isfinite(tr.probs).all() or (
-                tr.probs < 0).any():
+        if tr.probs.shape != (S * L, E) or not _all_finite(tr.probs, nonneg=True):
             raise _fail(tr, f"field 'probs': shape {tr.probs.shape} (expected ({S * L}, {E})) "
                             "or values not finite and >= 0")
     if tr.embeddings is not None:
@@ -283,6 +280,33 @@ def _check_types(tr: Trace) -> None:
                             f"expected {_KIND_NAMES[kinds]}")
 
 
+_CHECK_ROWS = 1 << 16  # rows per pass of the checks below: small temporaries, in cache
+
+
+def _first_repeat(topk: np.ndarray) -> int | None:
+    """First row of topk [N, k] holding an id twice, or None: column pairs compared over row
+    blocks transposed to [k, rows] (no sort, no [N, k] temporaries)."""
+    for r0 in range(0, len(topk), _CHECK_ROWS):
+        cols = np.ascontiguousarray(topk[r0:r0 + _CHECK_ROWS].T)  # [k, rows]
+        dup = np.zeros(cols.shape[1], bool)
+        for i in range(len(cols)):
+            for j in range(i):
+                dup |= cols[i] == cols[j]
+        if dup.any():
+            return r0 + int(np.argmax(dup))
+    return None
+
+
+def _all_finite(arr: np.ndarray, nonneg: bool) -> bool:
+    """All values finite (and, with nonneg, none < 0), over row blocks. float16 bits below
+    0x7C00 (sign clear, exponent not all ones) are finite and >= 0: one max() decides."""
+    if not arr.size or (arr.dtype == np.float16 and int(arr.view(np.uint16).max()) < 0x7C00):
+        return True
+    flat = arr.reshape(len(arr), -1) if arr.ndim else arr.reshape(1)
+    blocks = (flat[r0:r0 + _CHECK_ROWS] for r0 in range(0, len(flat), _CHECK_ROWS))
+    return all(np.isfinite(b).all() and not (nonneg and (b < 0).any()) for b in blocks)
+
+
 def _expected_counts(tr: Trace, S: int) -> np.ndarray:
     """Tokens per (global step, layer) implied by prompt lengths and the layer stacks."""
     L = tr.num_layers
@@ -303,6 +327,8 @@ def _check_ids(tr: Trace, arr: np.ndarray, name: str, E: int, sentinel_ok: bool)
     if arr.dtype.kind not in "iu":
         raise _fail(tr, f"field '{name}': dtype {arr.dtype}, expected integer expert ids")
     limit = E + 1 if sentinel_ok else E
+    if not arr.size or (int(arr.max()) < limit and int(arr.min()) >= 0):
+        return  # the common case, without [N, k] temporaries; else find the first bad row
     bad = (arr >= limit) | (arr < 0)  # signed arrays from other writers may hold -1
     over = np.flatnonzero(bad.any(axis=1)) if arr.size else np.empty(0, int)
     if over.size:

@@ -29,10 +29,11 @@ workloads/lengths.py) and its task from the synthetic mix. `arrivals` can give e
 its own arrival and lengths, and `prompts` real tasks, texts and embeddings; with prompts the
 request term B[r] is mixed with a term driven by the prompt's embedding (`coupling`).
 
-Speed (one core): requests go through the time loop in cache-sized chunks; noise is raw uint16
-bits; top-k packs the expert id into the low mantissa bits of the (offset, positive) float score
-and runs np.partition (top-2k candidates, a set) then a sort on int32, several times faster
-than argpartition.
+Speed (one core): requests go through the time loop in chunks (workloads/synthetic_route.py:
+blocks of positions, layer-major copies, buffers reused); noise is raw uint16 bits; top-k packs
+the expert id into the low mantissa bits of the (offset, positive) float score and sorts the
+int32 keys. Validation, the next-layer guesses and the float16 casts work in row blocks, so a
+1,000-request trace is generated in little more memory than it holds.
 
 Portable (docs/trace-format.md, "Portable determinism"): the same bits on every CPU, BLAS
 kernel and numpy SIMD path. Gumbel and normal draws, exp and softmax come from
@@ -48,20 +49,19 @@ from dataclasses import asdict, dataclass, field, replace
 import numpy as np
 
 from core import numerics
-from core.blocks import linked_layers, row_layers
+from core.blocks import linked_layers
 from core.rng import stream
 from core.specs import ModelSpec
 from core.trace import Trace, id_dtype
 from workloads import spec_guess
-from workloads.cross_layer import copy_layers, cross_layer_map
+from workloads.cross_layer import cross_layer_map
+from workloads.half import to_float16
+from workloads.synthetic_route import SCORE_OFFSET, Workspace, route_chunk
 from workloads.tasks import PAPER_TASK_COUNTS
 from workloads.workload_checks import WorkloadError, check_fields
 
 CHUNK_REQUESTS = 32  # requests per inner loop; fixed so that output never depends on it
-SCORE_OFFSET = 32.0  # scores are shifted positive so float bits sort like integers
 EMBEDDER = "synthetic-task-centroid"
-PROBS_PREFILL_TOKENS = 64  # prefill `probs` averages every max(1, P // 64)-th prompt token
-_U16_MEAN, _U16_STD = 32767.5, math.sqrt((65536**2 - 1) / 12)  # raw uniform uint16 noise
 
 
 @dataclass
@@ -162,107 +162,24 @@ def _geometry(stacks: tuple[str, ...], P: int, S: int):
     return n0, counts, pt, pl, int(pt.max()) + 1
 
 
-def _route_chunk(rng, pref, cfg, n0, counts, t_max, k2, keep, cross=None, with_probs=True):
-    """Route one chunk of requests through all layers and token positions.
-
-    pref float32 [c, L, E] (bounded log-preferences); per request prefill tokens n0 int [c, L]
-    and tokens per (step, layer) counts [c, S, L] (0 past a request's last step); cross: the
-    cross-layer map (workloads/cross_layer.py) or None; with_probs False: probs stay 0
-    -> (cand int32 [t_max, c, L, k2]: the
-    top-k2 scores of each (position, request, layer) as float bits with the expert id in the
-    low bits; probs float32 [c, S, L, E]: router probabilities averaged over each step).
-    """
-    c, L, E = pref.shape
-    S = counts.shape[1]
-    ids = np.arange(E, dtype=np.int32)
-    # Raw uint16 noise w (mean _U16_MEAN) drives X; the means are folded into a shifted state
-    # z = X + mz and into `base`, so the loop only multiplies and adds.
-    rho, a = cfg.stickiness, cfg.sticky_std
-    alpha = np.float32(a * math.sqrt(1 - rho * rho) / _U16_STD)
-    beta = np.float32(cfg.token_noise_std / _U16_STD)
-    mz = float(alpha) * _U16_MEAN / (1 - rho)
-    base = (pref + np.float32(SCORE_OFFSET - mz - float(beta) * _U16_MEAN)).astype(np.float32)
-    z = np.clip(numerics.standard_normal(rng, (c, L, E)), -6, 6).astype(np.float32)
-    z = z * np.float32(a) + np.float32(mz)  # stationary start
-    zlim = (np.float32(mz - 6 * a), np.float32(mz + 6 * a))
-    y, p, tmp = (np.empty((c, L, E), np.float32) for _ in range(3))
-    cand = np.empty((t_max, c, L, k2), np.int32)
-    probs = np.zeros((c, S, L, E), np.float32)
-    stride = np.maximum(1, n0.max(axis=1) // PROBS_PREFILL_TOKENS)[:, None]  # [c, 1]
-    tpos = np.arange(t_max)[:, None, None]
-    steps = np.where(tpos < n0, 0, tpos - n0 + 1)  # step of position t, [T, c, L]
-    live = (steps < S) & (counts[np.arange(c)[:, None], np.minimum(steps, S - 1),
-                                 np.arange(L)] > 0)
-    live &= (steps > 0) | (tpos % stride == 0)  # probs: decode tokens, every stride-th prefill
-    live &= with_probs
-    # one step for every request and layer
-    uniform = live.all(axis=(1, 2)) & (steps == steps[:, :1, :1]).all(axis=(1, 2))
-    for t in range(t_max):
-        w = rng.bit_generator.random_raw(c * L * E // 4).view(np.uint16).reshape(c, L, E)
-        if cross is not None:  # n copied over layers: same uniform marginal
-            copy_layers(w, rng.bit_generator.random_raw(c * L * E // 8).view(np.uint8)
-                         .reshape(c, L, E), cross)
-        z *= np.float32(rho)
-        np.multiply(w, alpha, out=tmp)
-        z += tmp  # X[t] + mz
-        if t % 32 == 31:  # keep |X| <= 6 sigma so offset scores stay positive
-            np.clip(z, *zlim, out=z)
-        np.add(base, z, out=y)
-        np.multiply(w, beta, out=tmp)
-        y += tmp  # score + SCORE_OFFSET, float32 [c, L, E]
-        if uniform[t] or live[t].any():
-            np.subtract(y, np.float32(SCORE_OFFSET), out=p)
-            p = _softmax(p)  # per-token router probabilities
-            if uniform[t]:
-                probs[:, steps[t, 0, 0]] += p
-            else:
-                req, lay = np.nonzero(live[t])
-                probs[req, steps[t, req, lay], lay] += p[req, lay]
-        v = y.view(np.int32)
-        v &= keep
-        v |= ids  # low bits carry the expert id: no ties, id recoverable
-        v.partition(E - k2, axis=-1)  # in place: y is rebuilt next step
-        cand[t] = v[..., E - k2:]
-    probs[:, 0] /= ((n0 - 1) // stride + 1)[:, :, None]  # prefill: mean over sampled tokens
-    return cand, probs
+def _task_prefs(cfg: SyntheticConfig, num_tasks: int, L: int, E: int, memo: dict):
+    """Model- and task-level preferences [num_tasks, L, E]. They depend on the seed and the
+    score model only (every split shares the same tasks), so `memo` keeps them for the
+    next split of the same trace (~80 ns per Gumbel draw)."""
+    if num_tasks not in memo:
+        task_pref = _skewed(stream(cfg.seed, "synthetic/task-prefs"), (num_tasks, L, E))
+        task_pref *= cfg.task_pref_std
+        task_pref += cfg.layer_pref_std * _skewed(stream(cfg.seed, "synthetic/layer-prefs"),
+                                                  (L, E))
+        memo[num_tasks] = task_pref
+    return memo[num_tasks]
 
 
-def _softmax(x: np.ndarray) -> np.ndarray:
-    """Softmax over the last axis of float32 scores [..., n] with |x| < SCORE_OFFSET - 1 (no
-    overflow, no underflow to 0): core.numerics.exp and numpy's fixed-order sum, not a
-    BLAS product with ones, whose summation order depends on the kernel."""
-    p = numerics.exp(x)
-    p *= (1 / p.sum(axis=-1))[..., None]
-    return p
-
-
-def _top_keys(keys: np.ndarray, k: int) -> np.ndarray:
-    """Sort each row of `keys` [..., n] in place; view of its k largest packed keys, largest
-    first: int32 [..., k]. A sort, not a partition: partition order depends on numpy's SIMD
-    sort, and this order is stored and decides which guess noise meets which candidate."""
-    keys.sort(axis=-1)
-    return keys[..., :-k - 1:-1]
-
-
-def _finish_chunk(cand, k, keep, idt, block=16):
-    """Top-k ids and weights [T, c, L, k] from the candidates int32 [T, c, L, k2]. Works on
-    `block` positions at a time so that every pass stays in cache."""
-    T, c, L, k2 = cand.shape
-    ids = np.empty((T, c, L, k), idt)
-    weights = np.empty((T, c, L, k), np.float16)
-    for t0 in range(0, T, block):
-        blk = cand[t0:t0 + block]
-        top = _top_keys(blk, k)  # sorts each row of blk in place
-        ids[t0:t0 + block] = top & ~keep
-        w = (top & keep).view(np.float32)
-        w -= np.float32(SCORE_OFFSET)
-        weights[t0:t0 + block] = _softmax(w)  # over the chosen experts
-    return ids, weights
-
-
-def _route(model: ModelSpec, cfg: SyntheticConfig, plan, with_probs: bool) -> dict:
+def _route(model: ModelSpec, cfg: SyntheticConfig, plan, with_probs: bool,
+           memo: dict | None = None) -> dict:
     """Route every request of `plan`: topk, weights [N, k], probs [steps * L, E] (zeros when
-    not with_probs), step offsets [R + 1] and rows per (step, layer) block."""
+    not with_probs), step offsets [R + 1] and rows per (step, layer) block. memo: see
+    _task_prefs."""
     L, E, k = model.num_moe_layers, model.num_experts, model.top_k
     R, S_r = plan.num_requests, plan.output_len  # steps per request [R]
     stacks = tuple(model.moe_layer_stacks)
@@ -270,26 +187,22 @@ def _route(model: ModelSpec, cfg: SyntheticConfig, plan, with_probs: bool) -> di
     geo = {ps: _geometry(stacks, *ps) for ps in dict.fromkeys(shape_of)}  # n0, counts, pt, pl, T
     row_offsets = np.concatenate([[0], np.cumsum([len(geo[ps][2]) for ps in shape_of])])
     steps = np.concatenate([[0], np.cumsum(S_r.astype(np.int64))])
-    # Model- and task-level state depend on the seed only: both splits share the same tasks.
-    task_pref = _skewed(stream(cfg.seed, "synthetic/task-prefs"), (plan.num_tasks, L, E))
-    task_pref *= cfg.task_pref_std
-    task_pref += cfg.layer_pref_std * _skewed(stream(cfg.seed, "synthetic/layer-prefs"), (L, E))
+    task_pref = _task_prefs(cfg, plan.num_tasks, L, E, {} if memo is None else memo)
     idt = id_dtype(E)
     id_bits = max(1, (E - 1).bit_length())
     keep = np.int32(~((1 << id_bits) - 1))  # mask of the score bits of a packed key
     pref_clip = 6 * (cfg.layer_pref_std + cfg.task_pref_std + cfg.request_pref_std)
     cross = cross_layer_map(cfg, stacks, E)
-    # row i of a request's output is position pt[i] of layer pl[i]: row pt * c * L + pl of the
-    # chunk's [T, c, L] outputs, plus L per request before it in the chunk
-    gather_base = {ps: g[2] * (CHUNK_REQUESTS * L) + g[3] for ps, g in geo.items()}
     N = int(row_offsets[-1])
     topk, weights = np.empty((N, k), idt), np.empty((N, k), np.float16)
-    probs = np.zeros((int(steps[-1]) * L, E), np.float16)
+    probs = (np.empty if with_probs else np.zeros)((int(steps[-1]) * L, E), np.float16)
+    ws = Workspace()
     for c0 in range(0, R, CHUNK_REQUESTS):
         rng = stream(cfg.seed, f"synthetic/{cfg.split}/routing/chunk{c0 // CHUNK_REQUESTS:06d}")
         n = min(CHUNK_REQUESTS, R - c0)
-        # A short last chunk is padded with copies of its last request (outputs dropped): the
-        # draws keep their shapes, and each request's scores depend only on its own row.
+        # A short last chunk is padded with copies of its last request: the draws keep their
+        # shapes, and each request's scores depend only on its own row, so the padding's rows
+        # are drawn but never computed.
         members = np.minimum(np.arange(c0, c0 + CHUNK_REQUESTS), R - 1)
         b = plan.request_term(_skewed(rng, (CHUNK_REQUESTS, L, E)), members, cfg.seed)
         pref = task_pref[plan.task_index[members]] + cfg.request_pref_std * b
@@ -300,22 +213,24 @@ def _route(model: ModelSpec, cfg: SyntheticConfig, plan, with_probs: bool) -> di
         for i, m in enumerate(members):
             counts[i, :S_r[m]] = geo[shape_of[m]][1]
         t_max = max(geo[shape_of[m]][4] for m in members)
-        # k candidates: the top-k set, sorted by _finish_chunk (ids as with any k2 >= k)
-        cand, pr = _route_chunk(rng, pref, cfg, n0, counts, t_max, k, keep, cross, with_probs)
-        ids, w = _finish_chunk(cand, k, keep, idt)
-        idx = np.concatenate([gather_base[shape_of[c0 + i]] + i * L for i in range(n)])
+        ids, w, pr = route_chunk(rng, pref, cfg, n0, counts, t_max, k, keep, n, idt, cross,
+                                 with_probs, ws)  # [t_max, L, n, k] x2, [n, S, L, E]
+        # row j of request i's output is position pt[j] of layer pl[j]: row
+        # (pt * L + pl) * n + i of the chunk's [t_max, L, n] outputs
+        idx = np.concatenate([(geo[shape_of[c0 + i]][2] * L + geo[shape_of[c0 + i]][3]) * n
+                              + i for i in range(n)])
         rows = slice(row_offsets[c0], row_offsets[c0 + n])
-        topk[rows] = ids.reshape(-1, k).take(idx, axis=0)
-        weights[rows] = w.reshape(-1, k).take(idx, axis=0)
-        if with_probs:
-            probs[steps[c0] * L:steps[c0 + n] * L] = np.concatenate(
-                [pr[i, :S_r[c0 + i]].reshape(-1, E) for i in range(n)])
+        np.take(ids.reshape(-1, k), idx, axis=0, out=topk[rows], mode="clip")
+        np.take(w.reshape(-1, k), idx, axis=0, out=weights[rows], mode="clip")
+        for i in range(n if with_probs else 0):  # float32 [S, L, E] -> float16 rows
+            probs[steps[c0 + i] * L:steps[c0 + i + 1] * L] = to_float16(
+                pr[i, :S_r[c0 + i]].reshape(-1, E))
     block_counts = np.concatenate([geo[ps][1].ravel() for ps in shape_of])
     return {"topk": topk, "weights": weights, "probs": probs, "steps": steps,
             "block_counts": block_counts}
 
 
-def _spec_table(model: ModelSpec, cfg: SyntheticConfig) -> np.ndarray:
+def _spec_table(model: ModelSpec, cfg: SyntheticConfig, memo: dict | None = None) -> np.ndarray:
     """The next-layer guess table of this seed and score model, fitted on the `spec-fit`
     split (workloads/spec_guess.py): synthetic task mix, fixed lengths, no probs."""
     from workloads.requests import plan_requests
@@ -323,7 +238,7 @@ def _spec_table(model: ModelSpec, cfg: SyntheticConfig) -> np.ndarray:
     fit_cfg = replace(cfg, split=spec_guess.FIT_SPLIT, num_requests=spec_guess.FIT_REQUESTS,
                       prompt_len=spec_guess.FIT_PROMPT_LEN, output_len=spec_guess.FIT_OUTPUT_LEN,
                       lengths="fixed", arrivals=None, prompts=None)
-    fit = _route(model, fit_cfg, plan_requests(fit_cfg, model), with_probs=False)
+    fit = _route(model, fit_cfg, plan_requests(fit_cfg, model), with_probs=False, memo=memo)
     return spec_guess.fit_table(fit["topk"], fit["block_counts"],
                                 tuple(model.moe_layer_stacks), model.num_experts)
 
@@ -338,11 +253,12 @@ def generate_trace(model: ModelSpec, cfg: SyntheticConfig) -> Trace:
     L, E, k = model.num_moe_layers, model.num_experts, model.top_k
     R = plan.num_requests
     stacks = tuple(model.moe_layer_stacks)
-    routed = _route(model, cfg, plan, with_probs=True)
+    memo = {}  # task preferences, shared with the spec-fit split
+    routed = _route(model, cfg, plan, with_probs=True, memo=memo)
     linked = linked_layers(stacks)
     spec = spec_guess.guess_rows(
-        routed["topk"], row_layers(routed["block_counts"], L),
-        _spec_table(model, cfg) if linked.any() else np.zeros((L, E, E), np.int32), linked,
+        routed["topk"], spec_guess.compact_row_layers(routed["block_counts"], L),
+        _spec_table(model, cfg, memo) if linked.any() else np.zeros((L, E, E), np.int32), linked,
         cfg.spec_noise_nats, stream(cfg.seed, f"synthetic/{cfg.split}/spec-noise"))
     if plan.embeddings is None:
         centroids = _unit_rows(numerics.standard_normal(
