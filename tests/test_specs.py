@@ -107,10 +107,18 @@ EXPECTED_HARDWARE = {
     "a100_80g_pcie": (80, 1935, 4),
     "h100_pcie": (80, 2000, 5),
     "h200": (141, 4800, 5),
+    # Mixtral-Offloading Table 2's devices: memory and PCIe generation from its header
+    # (paper_numbers.md A4); the three bandwidths below are estimates ([G] in their yaml),
+    # not read in a source: this only guards the files against typos.
+    "a100_80g_sxm": (80, 2039, 4),
+    "rtx_3080_mobile": (16, 448, 4),
+    "rtx_3060": (12, 360, 3),
+    "t4": (16, 320, 3),
 }
-# Nominal x16 link rate per direction: Gen4 "32+32 GB/s", Gen5 "128 GB/s bidirectional"
-# (hardware_sources.md). A copy rate above it is impossible.
-LINK_GBPS = {4: 32.0, 5: 64.0}
+# Nominal x16 link rate per direction: Gen3 8 GT/s * 128/130 * 16 / 8 = 15.75 GB/s [C], Gen4
+# "32+32 GB/s", Gen5 "128 GB/s bidirectional" (hardware_sources.md). A copy rate above it is
+# impossible.
+LINK_GBPS = {3: 15.75, 4: 32.0, 5: 64.0}
 # Lowest measured pinned H2D on a Gen4 host in hardware_sources.md: A10 single stream ~19.6,
 # A100 PCIe 19.4 at 10 MB. A Gen4 card configured below that is a typo.
 GEN4_MEASURED_MIN_GBPS = 19.4

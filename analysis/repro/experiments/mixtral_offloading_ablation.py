@@ -1,0 +1,224 @@
+"""mixtral_offloading_ablation: Mixtral-Offloading (arXiv 2312.17238) Table 2, tokens/s of
+Mixtral-8x7B at batch 1 with 2- and 3-bit experts and 4-bit attention on four GPUs, for the
+full method and its ablations; conf/experiment/mixtral_offloading_ablation.yaml.
+
+Configs are composed systems (docs/systems.md, the policy zoo): full = lru_per_layer +
+spec_next_layer (system=lru by construction), no preload = lru_per_layer + none, no LRU & no
+preload = evict_after_use + none. The sweep's fourth pair, evict_after_use + spec_next_layer,
+is not in the paper and is shown for reference. The cache holds k experts per layer (k = 2
+on the RTX 3060, 4 elsewhere, as the paper) for every config. "naive (accelerate)" is not run:
+see cannot_express.
+"""
+
+from __future__ import annotations
+
+from analysis.repro.spec import Experiment, Sweep
+from analysis.repro.verdict import ClaimRow
+
+PAPER = "Mixtral-Offloading (arXiv 2312.17238) Table 2"
+DEVICES = ("a100_80g_sxm", "rtx_3080_mobile", "rtx_3060", "t4")
+BITS = (2, 3)
+SLOTS_PER_LAYER = {"rtx_3060": 2}  # the paper's k; 4 on the other GPUs
+EXPERT_BYTES = {2: 44040192, 3: 66060288}  # 3 * 4096 * 14336 params * bits / 8
+FULL, NO_PRELOAD, NO_LRU, NAIVE = "full", "no preload", "no LRU & no preload", "naive"
+EXTRA = "no LRU, preload (not in the paper)"
+# (evictor module, prefetcher module) of the composed system -> config
+CONFIGS = {("lru_per_layer", "spec_next_layer"): FULL, ("lru_per_layer", "none"): NO_PRELOAD,
+           ("evict_after_use", "none"): NO_LRU, ("evict_after_use", "spec_next_layer"): EXTRA}
+ORDER = (FULL, NO_PRELOAD, NO_LRU, EXTRA, NAIVE)
+LATE_GUESSES = ("a batch-1 layer computes in 0.3-0.8 ms here against 1.8-6.8 ms per expert "
+                "copy, so guesses land late and evict cached experts; the paper's ~10 ms "
+                "layers are mostly its own kernels, not modelled")
+# paper_numbers.md A4 [R], Table 2, tokens/s: (bits, config) -> per device in DEVICES order.
+# The 3-bit naive 3060 entry, 1.791, is as printed (paper_numbers.md marks it "sic").
+PAPER_TOK_S = {
+    (2, FULL): (3.061, 2.655, 2.278, 2.092), (2, NO_PRELOAD): (2.918, 2.227, 2.051, 1.567),
+    (2, NO_LRU): (2.265, 1.758, 1.547, 1.168), (2, NAIVE): (1.392, 1.059, 0.919, 0.661),
+    (3, FULL): (2.845, 2.475, 2.038, 1.603), (3, NO_PRELOAD): (2.683, 2.024, 1.857, 1.365),
+    (3, NO_LRU): (2.055, 1.595, 1.346, 1.061), (3, NAIVE): (1.246, 0.914, 1.791, 0.580)}
+
+
+def cache_gib(device: str, bits: int) -> float:
+    """k experts per MoE layer (32) at `bits`, in GiB (exact: 5.25, 2.625, 7.875, 3.9375)."""
+    return SLOTS_PER_LAYER.get(device, 4) * 32 * EXPERT_BYTES[bits] / 2**30
+
+
+def paper_tok_s(device, bits, config):
+    vals = PAPER_TOK_S.get((bits, config))
+    return None if vals is None else vals[DEVICES.index(device)]
+
+
+def _setting(row, key):
+    """A config value: the frame's column when it varies, else the run's recorded config."""
+    if key in row and row[key] is not None and row[key] == row[key]:
+        return row[key]
+    node = row["_result"]["config"]
+    for part in key.split("."):
+        node = node[part]
+    return node
+
+
+def _config(row):
+    ev = str(_setting(row, "system.evictor._target_")).split(".")[-2]
+    pf = str(_setting(row, "system.prefetcher._target_")).split(".")[-2]
+    return CONFIGS.get((ev, pf), f"{ev} + {pf}")
+
+
+def table(runs):
+    """One row per device, bits and config: ours and the paper's tokens/s, full / config."""
+    import pandas as pd
+
+    ours = {}
+    for r in runs.to_dict("records"):
+        if r["status"] == "valid":
+            key = (r["hardware"], int(_setting(r, "model.expert_bits")), _config(r))
+            ours[key] = r
+    rows = []
+    for dev in DEVICES:
+        for bits in BITS:
+            full = ours.get((dev, bits, FULL), {}).get("tokens_per_s")
+            for cfg in ORDER:
+                r, paper = ours.get((dev, bits, cfg), {}), paper_tok_s(dev, bits, cfg)
+                if not r and paper is None:
+                    continue
+                tok = r.get("tokens_per_s")
+                pfull = paper_tok_s(dev, bits, FULL)
+                rows.append({
+                    "device": dev, "bits": bits, "config": cfg, "k": SLOTS_PER_LAYER.get(dev, 4),
+                    "tok_s": tok, "paper_tok_s": paper,
+                    "full_over_config_ratio": full / tok if full and tok else None,
+                    "paper_full_over_config_ratio": pfull / paper if paper else None,
+                    "hit_rate_decode": r.get("hit_rate_decode"), "headroom": r.get("headroom"),
+                    "h2d_gb_per_token": r.get("h2d_gb_per_token")})
+    first = runs.iloc[0]
+    header = [f"# {PAPER}, SIMULATED", "",
+              f"Mixtral-8x7B, batch 1, {first['requests']} requests per cell, "
+              f"{first['routing']} routing; experts at 2 or 3 bits, dense weights at 4 bits; "
+              "cache of k experts per layer (k = 2 on the RTX 3060, 4 elsewhere) for every "
+              "config. tok_s: generated tokens per second of makespan; "
+              "full_over_config_ratio = full tok_s / the config's (the paper's beside it); "
+              "headroom: the config's TPOT / compute floor. Absolute tokens/s are not "
+              "comparable (the paper's include its HQQ kernels): compare factors."]
+    notes = ["naive (Accelerate) rows carry the paper's numbers only (not expressible).",
+             "The paper's model sizes (17.54 / 21.37 GB with 4-bit attention) imply about 3.1 "
+             "and 3.9 bits per expert parameter with HQQ's scales and zero-points; we copy the "
+             "nominal 2 and 3 bits, so every config's copies are smaller by the same factor.",
+             "Prefetch (full against no preload) loses here: at batch 1 a layer computes in "
+             "0.3-0.8 ms against 1.8-6.8 ms to copy one expert, so most guesses land late, "
+             "and a late or wrong guess still evicts a cached expert; the paper's layers take "
+             "~10 ms each (its ~3 tokens/s), mostly its own kernels, which leaves guesses time "
+             "to land.",
+             "The shared real Mixtral sample has no next-layer guesses, so the full config "
+             "cannot run on it; no real-routing sweep."]
+    return pd.DataFrame(rows), header, notes
+
+
+def figure(tab, runs):
+    """Grouped bars per device and bits: tokens/s relative to 'no LRU & no preload', ours
+    (simulated) and the paper's (measured)."""
+    from analysis.repro.output import grouped_bars, new_figure
+
+    groups, series = [], {}
+    for (dev, bits), part in tab.groupby(["device", "bits"], sort=False):
+        ref = part.set_index("config")
+        groups.append(f"{dev}\n{bits}-bit")
+        for cfg in (FULL, NO_PRELOAD, NAIVE):
+            for who, col, base in (("ours", "tok_s", "tok_s"),
+                                   ("paper", "paper_tok_s", "paper_tok_s")):
+                name = f"{cfg} ({who})"
+                val = base_val = None
+                if cfg in ref.index and NO_LRU in ref.index:
+                    val, base_val = ref.loc[cfg, col], ref.loc[NO_LRU, base]
+                ok = val is not None and base_val and val == val and base_val == base_val
+                if who == "ours" and cfg == NAIVE:
+                    continue  # not expressible: no bar of ours
+                series.setdefault(name, []).append(val / base_val if ok else None)
+    fig, ax = new_figure(f"{PAPER}: tokens/s relative to 'no LRU & no preload'",
+                         runs.iloc[0]["routing"], width=10.0)
+    grouped_bars(ax, groups, series, "tokens/s / no LRU & no preload's", log=True)
+    # one colour per config; the paper's bars hatched beside ours
+    colour = {FULL: "C0", NO_PRELOAD: "C1", NAIVE: "C4"}
+    for bars in ax.containers:
+        cfg, who = bars.get_label().rsplit(" (", 1)
+        for bar in bars:
+            bar.set_facecolor(colour[cfg])
+            bar.set_hatch("//" if who.startswith("paper") else "")
+            bar.set_edgecolor("white" if who.startswith("paper") else colour[cfg])
+    ax.axhline(1.0, color="0.5", lw=0.8)
+    ax.set_ylim(0.5, 4.0)
+    ax.legend(fontsize=7, ncol=3, loc="upper left")
+    return fig
+
+
+def _pick(tab, dev, bits, cfg, col):
+    hit = tab[(tab["device"] == dev) & (tab["bits"] == bits) & (tab["config"] == cfg)]
+    if hit.empty:
+        return None
+    v = hit.iloc[0][col]
+    return None if v is None or v != v else float(v)
+
+
+def claims(tab, runs, real):
+    """Per device and bits: full's factor over each expressible ablation and the ordering of
+    the three; one not-expressible row for naive."""
+    out = []
+    trio = [FULL, NO_PRELOAD, NO_LRU]
+    for dev in DEVICES:
+        for bits in BITS:
+            cell = f"{dev}, {bits}-bit"
+            for cfg, tag in ((NO_PRELOAD, "no_preload"), (NO_LRU, "no_lru")):
+                out.append(ClaimRow(
+                    f"mixtral_offloading_ablation.full_vs_{tag}.{dev}.{bits}bit",
+                    "mixtral_offloading_ablation", PAPER,
+                    f"full faster than {cfg} ({cell})", "ratio",
+                    paper=_pick(tab, dev, bits, cfg, "paper_full_over_config_ratio"),
+                    ours=_pick(tab, dev, bits, cfg, "full_over_config_ratio"),
+                    baseline=cfg, headroom=_pick(tab, dev, bits, cfg, "headroom"),
+                    note=LATE_GUESSES if cfg == NO_PRELOAD else None))
+            toks = {c: _pick(tab, dev, bits, c, "tok_s") for c in trio}
+            ours = (None if any(v is None for v in toks.values())
+                    else sorted(trio, key=lambda c: -toks[c]))
+            out.append(ClaimRow(
+                f"mixtral_offloading_ablation.ordering.{dev}.{bits}bit",
+                "mixtral_offloading_ablation", PAPER,
+                f"tokens/s: full > no preload > no LRU ({cell})", "ordering",
+                paper=list(trio), ours=ours,
+                note="naive left out: not expressible"))
+    out.append(ClaimRow(
+        "mixtral_offloading_ablation.full_vs_naive", "mixtral_offloading_ablation", PAPER,
+        "full faster than naive offloading with Accelerate (every device and width; the "
+        "paper's factors 1.14-3.16)", "not_expressible",
+        note="the paper does not say what Accelerate offloads or keeps; if it fetches the "
+             "routed experts and keeps none, its rule is 'no LRU & no preload', and the rest "
+             "of its gap is Accelerate's own implementation, which the simulator does not "
+             "model"))
+    return out
+
+
+def _sweeps():
+    """One sweep per width and cache size (the 3060's k = 2 needs its own budget); each runs
+    the four (evictor, prefetcher) pairs."""
+    pairs = ("system/evictor=lru_per_layer,evict_after_use",
+             "system/prefetcher=spec_next_layer,none")
+    out = []
+    for bits in BITS:
+        for devs in (("a100_80g_sxm", "rtx_3080_mobile", "t4"), ("rtx_3060",)):
+            out.append(Sweep((f"hardware={','.join(devs)}", f"model.expert_bits={bits}",
+                              f"expert_cache_gb={cache_gib(devs[0], bits)!r}", *pairs)))
+    return tuple(out)
+
+
+EXPERIMENT = Experiment(
+    name="mixtral_offloading_ablation", title=PAPER,
+    mirrors=f"{PAPER} (paper_numbers.md A4)", sweeps=_sweeps(), table=table, figure=figure,
+    claims=claims,
+    cannot_express=(
+        "naive offloading with Accelerate: the paper does not say which modules it offloads "
+        "or how much GPU memory it keeps, and its gap to 'no LRU & no preload' (the same "
+        "rule) is Accelerate's implementation (per-tensor hooks, synchronous copies)",
+        "HQQ dequantisation kernels and the paper's framework overheads (its 0.33-1.7 s per "
+        "token against our compute floor of 11-25 ms)",
+        "the paper's b = 4 on-device staging buffers: copies land in the k-per-layer cache",
+        "the paper's prompts (not stated): 32-token synthetic prompts"),
+    notes=("Scaled down: 6 requests of 32 prompt and 32 output tokens per cell; the paper "
+           "measures interactive generation.",))
