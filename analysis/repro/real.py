@@ -4,10 +4,11 @@
                     systems up (calibration_routing), 500-599 are measured (100: the suite's
                     time budget); the last 8 tokens of each prompt are replayed as
                     teacher-forced decode steps
-  mixtral_8x7b      one prompt (~211 tokens, HumanEval problem 0): measured with its last 32
-                    tokens as decode steps; no real calibration split exists (the other file
-                    holds the same problem), so history-based systems warm up on the
-                    synthetic calibration split, as the result records
+  mixtral_8x7b      one prompt (HumanEval problem 0): its positions recorded at every layer
+                    (gaps dropped: 59 tokens) measured with the last 32 as decode steps; no
+                    real calibration split exists (the other file holds the same problem), so
+                    history-based systems warm up on the synthetic calibration split, as the
+                    result records
 
 Traces go to results/real_traces/<model>/ (no result.json: not a run folder). Without the
 shared data (core/shared_data.py) a real sweep is skipped and the claims say so.
@@ -29,8 +30,10 @@ SAMPLES = {
     },
     "mixtral_8x7b": {
         "file": ("routing_mixtral_sample", "routing_raw.jsonl"),
-        "splits": {"meas.npz": ["--decode-tokens", "32", "--duplicates", "first"]},
-        "size": "1 prompt (~211 tokens, shared Mixtral sample), 32 teacher-forced decode steps",
+        "splits": {"meas.npz": ["--decode-tokens", "32", "--duplicates", "first",
+                                "--gaps", "drop"]},
+        "size": "1 prompt (shared Mixtral sample: 27 prompt tokens + 32 teacher-forced decode "
+                "steps)",
     },
 }
 

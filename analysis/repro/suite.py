@@ -41,12 +41,17 @@ def reproduce(name: str, jobs: int, results: Path, override: list[str]) -> int:
     for sweep in exp.sweeps:
         extra = [f"results_dir={results}", *override]
         if sweep.real:
-            real = real_overrides(exp, results)
-            extra = None if real is None else [*extra, *real]
-            if extra is None:
+            try:
+                real = real_overrides(exp, results)
+            except ReportError as exc:  # the sample is there but does not import
+                print(f"reproduce {name}: real-routing sweep skipped: {exc}", flush=True)
+                status = 1
+                continue
+            if real is None:
                 print(f"reproduce {name}: real-routing sweep skipped: the shared sample for "
                       f"{exp.real_model} is absent (MOEBENCH_SHARED_DATA)", flush=True)
                 continue
+            extra = [*extra, *real]
         status |= _sweep(name, sweep.overrides, jobs, extra) != 0
     print(f"reproduce {name}: sweeps done in {time.perf_counter() - t0:.0f} s"
           + (" (some runs failed: see above)" if status else ""), flush=True)

@@ -1,0 +1,190 @@
+"""long_context: MoE-Infinity's long-context study, DeepSeek-V2-Lite on one RTX A5000 from
+2^12 to 2^17 tokens of context; conf/experiment/long_context.yaml.
+
+The KV cache is sized for the run's longest context (prompt + output) and comes out of the
+GPU memory that the expert cache gets (harness/sim/memory.py), so a longer context leaves a
+smaller expert cache. Its size per token is the model file's kv_elems_per_token_per_layer:
+Hugging Face's decompressed K and V (5120 values per token and layer) or the compressed MLA
+latent (512 + 64 = 576) that the issue asks for. The table adds, for comparison, the expert
+cache the same plan would leave with the other layout (computed, not run).
+
+Claims (ratios): compute per token grows 50 -> 160 ms from 2^12 to 2^17 (our compute floor);
+the expert buffer halves from 2 GB at 2^16 to 1 GB at 2^17 (our expert cache); on-demand
+fetching adds 137 ms to the 160 ms of compute at 2^17, read as TPOT / compute = 297 / 160
+(our moe_infinity TPOT / compute floor there).
+"""
+
+from __future__ import annotations
+
+from analysis.repro.experiments._moe_infinity_paper import (
+    LONG_COMPUTE_MS,
+    LONG_EXPERT_BUFFER_GB,
+    LONG_ON_DEMAND_MS,
+    PAPER,
+)
+from analysis.repro.output import new_figure
+from analysis.repro.spec import Experiment, Sweep
+from analysis.repro.verdict import ClaimRow
+
+CONTEXTS = tuple(2**k for k in range(12, 18))
+SOURCE = f"{PAPER} long-context study (DeepSeek-V2-Lite, A5000)"
+KEY = "workload.prompt_len"
+KV_LAYOUTS = {5120: "HF decompressed K/V", 576: "MLA latent"}  # values per token and layer
+GIB = 2**30
+
+
+def _other_layout_cache_gib(result: dict) -> tuple[int | None, float | None]:
+    """(the other layout's values per token, the expert cache in GiB it would leave: the
+    same plan with the other KV size; <= 0 means it does not fit)."""
+    elems = int(result["config"]["model"]["kv_elems_per_token_per_layer"])
+    other = {5120: 576, 576: 5120}.get(elems)
+    mem = result.get("memory") or {}
+    if other is None or "kv_bytes" not in mem:
+        return None, None
+    kv_other = mem["kv_bytes"] * other / elems
+    return other, (mem["available_bytes"] + mem["kv_bytes"] - kv_other) / GIB
+
+
+def table(runs):
+    """One row per context length: KV and expert cache (GiB), the paper's buffer, TPOT,
+    compute floor, stall per token, decode hit rate and host-to-device GB per token."""
+    import pandas as pd
+
+    rows = []
+    for r in runs.sort_values(KEY).to_dict("records"):
+        res, ctx = r["_result"], int(r[KEY])
+        mem = res.get("memory") or {}
+        other, other_gib = _other_layout_cache_gib(res)
+        ok = r["status"] == "valid"
+        rows.append({
+            "context_tokens": ctx, "log2_context": ctx.bit_length() - 1, "status": r["status"],
+            "kv_elems_per_token_per_layer": res["config"]["model"][
+                "kv_elems_per_token_per_layer"],
+            "kv_cache_gib": mem.get("kv_bytes", 0) / GIB,
+            "expert_cache_gib": r["expert_cache_gib"] if ok else None,
+            "paper_expert_buffer_gb": LONG_EXPERT_BUFFER_GB.get(ctx),
+            "other_layout_expert_cache_gib": other_gib,
+            "tpot_mean_ms": r["tpot_mean_ms"], "compute_floor_ms": r["compute_floor_ms"],
+            "paper_compute_ms": LONG_COMPUTE_MS.get(ctx),
+            "stall_ms_per_token": r["decode_stall_ms_per_token"],
+            "paper_on_demand_ms": LONG_ON_DEMAND_MS if ctx == CONTEXTS[-1] else None,
+            "headroom": r["headroom"], "hit_rate_decode": r["hit_rate_decode"],
+            "h2d_gb_per_token": r["h2d_gb_per_token"]})
+    tab = pd.DataFrame(rows)
+    first = runs.iloc[0]
+    elems = int(tab["kv_elems_per_token_per_layer"].iloc[0])
+    header = [f"# {SOURCE}, SIMULATED", "",
+              f"moe_infinity on {first['model']}, {first['hardware']}, batch 1, "
+              f"{first['requests']} requests per context length (prompt = the context, 64 "
+              f"decoded tokens), {first['routing']} routing. KV cache: {elems} values per "
+              f"token and layer ({KV_LAYOUTS.get(elems, 'model file')}); "
+              "other_layout_expert_cache_gib: the expert cache the same memory plan leaves "
+              f"with {({5120: 576, 576: 5120}.get(elems))} values (computed, not run; <= 0: "
+              "does not fit). headroom = TPOT / compute floor."]
+    notes = ["Paper values: ../shared/reference/paper_numbers.md A1 (text): compute 50 -> 160 "
+             "ms, expert buffer 2 GB at 2^16 and 1 GB at 2^17, on-demand fetching adds 137 ms.",
+             "An oom row: the KV cache at that context leaves no room for experts."]
+    return tab, header, notes
+
+
+def figure(tab, runs):
+    """Expert cache (GiB) and TPOT against the context, with the paper's buffer points."""
+    fig, ax = new_figure(f"{PAPER}, long context: the KV cache squeezes the experts",
+                         runs.iloc[0]["routing"])
+    ok = tab[tab["expert_cache_gib"].notna()]
+    ax.plot(ok["context_tokens"], ok["expert_cache_gib"], marker="o",
+            label="expert cache, ours (GiB)")
+    other = tab[tab["other_layout_expert_cache_gib"] > 0]
+    elems = {5120: 576, 576: 5120}.get(int(tab["kv_elems_per_token_per_layer"].iloc[0]))
+    ax.plot(other["context_tokens"], other["other_layout_expert_cache_gib"], marker="o",
+            linestyle="--", color="C0", alpha=0.5,
+            label=f"expert cache with {elems} KV values (computed, GiB)")
+    paper = tab[tab["paper_expert_buffer_gb"].notna()]
+    ax.plot(paper["context_tokens"], paper["paper_expert_buffer_gb"], marker="s",
+            linestyle="none", label="expert buffer, paper (GB)")
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("context (tokens)")
+    ax.set_ylabel("GiB")
+    ax2 = ax.twinx()
+    ax2.plot(ok["context_tokens"], ok["tpot_mean_ms"], color="C3", marker="^",
+             label="TPOT, ours (ms)")
+    ax2.plot(ok["context_tokens"], ok["compute_floor_ms"], color="C3", linestyle=":",
+             label="compute floor, ours (ms)")
+    ax2.set_ylabel("ms (simulated)")
+    lines = ax.get_legend_handles_labels()
+    more = ax2.get_legend_handles_labels()
+    ax.legend(lines[0] + more[0], lines[1] + more[1], fontsize=7, loc="center left")
+    return fig
+
+
+def _at(tab, ctx: int, col: str):
+    row = tab[(tab["context_tokens"] == ctx) & (tab["status"] == "valid")]
+    value = None if row.empty else row.iloc[0][col]
+    return None if value is None or value != value else float(value)  # NaN: no value
+
+
+def _div(a, b):
+    return a / b if a is not None and b else None
+
+
+def _unmeasured(tab, ctxs) -> str | None:
+    """Why a claim over these context lengths has no number of ours (None: it has)."""
+    for ctx in ctxs:
+        row = tab[tab["context_tokens"] == ctx]
+        if row.empty:
+            return f"no run at 2^{ctx.bit_length() - 1}"
+        if row.iloc[0]["status"] != "valid":
+            return (f"the 2^{ctx.bit_length() - 1} run is {row.iloc[0]['status']}: the KV cache "
+                    "leaves no room for experts" if row.iloc[0]["status"] == "oom" else
+                    f"the 2^{ctx.bit_length() - 1} run is {row.iloc[0]['status']}")
+    return None
+
+
+def claims(tab, runs, real):
+    lo, hi, mid = CONTEXTS[0], CONTEXTS[-1], CONTEXTS[-2]
+    rows = [
+        ClaimRow("long_context.compute_growth", "long_context", SOURCE,
+                 "compute per token grows 50 -> 160 ms from 2^12 to 2^17 tokens", "ratio",
+                 paper=LONG_COMPUTE_MS[hi] / LONG_COMPUTE_MS[lo],
+                 ours=_div(_at(tab, hi, "compute_floor_ms"), _at(tab, lo, "compute_floor_ms")),
+                 baseline="the compute at 2^12",
+                 note="ours: the compute floor, attention reading the KV cache at HBM speed"),
+        ClaimRow("long_context.expert_buffer_halves", "long_context", SOURCE,
+                 "the expert buffer shrinks from 2 GB at 2^16 to 1 GB at 2^17", "ratio",
+                 paper=LONG_EXPERT_BUFFER_GB[mid] / LONG_EXPERT_BUFFER_GB[hi],
+                 ours=_div(_at(tab, mid, "expert_cache_gib"), _at(tab, hi, "expert_cache_gib")),
+                 baseline="the buffer at 2^17",
+                 note="ours: the expert cache GiB at 2^16 / at 2^17"),
+        ClaimRow("long_context.on_demand_penalty", "long_context", SOURCE,
+                 "on-demand fetching adds 137 ms to 160 ms of compute at 2^17", "ratio",
+                 paper=(LONG_COMPUTE_MS[hi] + LONG_ON_DEMAND_MS) / LONG_COMPUTE_MS[hi],
+                 ours=_at(tab, hi, "headroom"), baseline="the compute floor",
+                 note=_penalty_note(tab, hi)),
+    ]
+    for row, ctxs in zip(rows, ((lo, hi), (mid, hi), (hi,))):
+        why = _unmeasured(tab, ctxs)
+        if why:  # judge() then gives "not expressible" with this reason
+            row.ours, row.note = None, why
+    return rows
+
+
+def _penalty_note(tab, ctx: int) -> str:
+    """What the penalty ratio is made of on each side: the same ratio can come from a
+    different squeeze (a larger expert cache, a faster compute floor)."""
+    note = "read as TPOT / compute at 2^17; ours: moe_infinity's TPOT / compute floor"
+    stall, cache = _at(tab, ctx, "stall_ms_per_token"), _at(tab, ctx, "expert_cache_gib")
+    floor = _at(tab, ctx, "compute_floor_ms")
+    if None in (stall, cache, floor):
+        return note
+    return (f"{note}; ours stalls {stall:.1f} ms a token on a {floor:.1f} ms floor with a "
+            f"{cache:.1f} GiB expert cache, the paper's 137 ms come with a 1 GB buffer")
+
+
+EXPERIMENT = Experiment(
+    name="long_context", title=SOURCE, mirrors=SOURCE,
+    sweeps=(Sweep((f"{KEY}={','.join(map(str, CONTEXTS))}",)),),
+    table=table, figure=figure, claims=claims,
+    cannot_express=("the paper's attention kernels at long context (its compute grows 3.2x "
+                    "from 2^12 to 2^17; ours grows with the KV bytes read per token only)",),
+    notes=("Scaled down: 2 measured requests and 1 calibration request per context length "
+           "(routing a 2^17-token prompt is the expensive part), 64 decoded tokens each.",))
