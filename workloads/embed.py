@@ -95,8 +95,14 @@ _EMBEDDERS = {"all-MiniLM-L6-v2": MiniLMEmbedder,
               "sentence-transformers/all-MiniLM-L6-v2": MiniLMEmbedder}
 
 
+_LOADED: dict[str, Embedder] = {}  # one model per process: a sweep's traces share it
+
+
 def load_embedder(name: str = "all-MiniLM-L6-v2") -> Embedder:
-    """An embedder by name; raises EmbedderUnavailable (with the pip hint) when not installed."""
+    """An embedder by name; raises EmbedderUnavailable (with the pip hint) when not installed.
+    Loaded once per process (embed() is a pure function of the texts)."""
     if name not in _EMBEDDERS:
         raise ValueError(f"unknown embedder {name!r}; known: {', '.join(sorted(_EMBEDDERS))}")
-    return _EMBEDDERS[name]()
+    if name not in _LOADED:
+        _LOADED[name] = _EMBEDDERS[name]()
+    return _LOADED[name]
