@@ -16,19 +16,27 @@ from core.blocks import block_expert_counts
 class EAMC:
     """Expert activation matrix collection: up to `capacity` EAMs [L, E] with prefix norms.
 
-    Stored layer-major, `cols` [L*E, capacity] (one column per EAM), so that matching one layer's
-    k routed experts reads k contiguous rows. float64 holding integer token counts: every dot
-    product of counts is exact (its sums stay far below 2**53), so the BLAS kernel's summation
-    order cannot change a match (docs/trace-format.md, "Portable determinism"). A row-major
-    copy, `rows` [capacity, L*E], makes summing a few matched entries (predicted) read
-    contiguous rows; it doubles the collection's memory (13 MB at 1000 entries of 26 x 64)."""
+    Stored layer-major, `cols` [L*E, width] (one column per EAM; width grows by doubling up to
+    the capacity, so a row is no longer than the entries stored need), so that matching one
+    layer's k routed experts reads k contiguous short rows. float64 holding integer token
+    counts: every dot product of counts is exact (its sums stay far below 2**53), so the BLAS
+    kernel's summation order cannot change a match (docs/trace-format.md, "Portable
+    determinism"). A row-major
+    copy, `rows` [capacity, L*E + L], makes summing a few matched entries (predicted) read
+    contiguous rows; its last L columns are each entry's layer totals (`totals`, the row sums
+    of its EAM), so one sum of rows gives a prediction's counts and denominators. It doubles
+    the collection's memory (13 MB at 1000 entries of 26 x 64)."""
 
     def __init__(self, capacity: int, num_layers: int, num_experts: int):
         if capacity < 1:
             raise ValueError(f"moe_infinity: eamc_capacity must be >= 1, got {capacity}")
         self.capacity, self.L, self.E = capacity, num_layers, num_experts
-        self.cols = np.zeros((num_layers * num_experts, capacity))
-        self.rows = np.zeros((capacity, num_layers * num_experts))  # the same, one row per EAM
+        self.cols = np.zeros((num_layers * num_experts, min(capacity, 64)))
+        LE = num_layers * num_experts
+        self.rows = np.zeros((capacity, LE + num_layers))  # the same, one row per EAM, + totals
+        self.totals = self.rows[:, LE:]  # [slot, l]: tokens of layer l (row sums), a view
+        # per slot: every layer has tokens (then so has any sum of entries including it)
+        self.all_layers = [False] * capacity
         self.prefix = np.zeros((num_layers, capacity))  # [l, slot]: sum of squares, layers 0..l
         # [l, slot]: 1 / sqrt(prefix) (0 for an empty prefix)
         self.inv_norm = np.zeros((num_layers, capacity))
@@ -45,8 +53,14 @@ class EAMC:
         else:
             slot = int(np.argmax(self.cosine(eam.ravel())))
             self.replaced += 1
+        if slot >= self.cols.shape[1]:
+            wider = np.zeros((len(self.cols), min(self.capacity, 2 * self.cols.shape[1])))
+            wider[:, :self.cols.shape[1]] = self.cols
+            self.cols = wider
         self.cols[:, slot] = eam.ravel()
-        self.rows[slot] = eam.ravel()
+        self.rows[slot, :eam.size] = eam.ravel()
+        self.totals[slot] = eam.sum(axis=1)
+        self.all_layers[slot] = bool(self.totals[slot].all())
         self.prefix[:, slot] = np.cumsum(np.square(eam, dtype=np.float64).sum(axis=1))
         p = self.prefix[:, slot]
         self.inv_norm[:, slot] = np.divide(1.0, np.sqrt(p), out=np.zeros_like(p), where=p > 0)
@@ -81,9 +95,17 @@ class EAMC:
         if slots is None:
             counts = self.cols[:, :self.n].sum(axis=1)
         else:
-            counts = self.rows[list(slots)].sum(axis=0)
+            counts = self.rows[list(slots)].sum(axis=0)[:self.L * self.E]
         counts = counts.reshape(self.L, self.E)
         return share_and_variance(counts)
+
+    def summed_rows(self, slots: np.ndarray) -> np.ndarray:
+        """For R sets of m slots ([R, m] ints): their rows summed, [R, L*E + L] (counts, then
+        the layer totals that divide them in predicted()). Integer sums: exact in any order."""
+        acc = self.rows[slots[:, 0]]
+        for j in range(1, slots.shape[1]):
+            acc += self.rows[slots[:, j]]
+        return acc
 
 
 def share_and_variance(counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -22,8 +22,12 @@ prefetch evicts only an expert whose predicted reuse is below the incoming one's
 on demand. Choices where the paper is loose, defaults and the sweeps that chose them:
 docs/systems.md, "moe_infinity: choices and divergences".
 
-Matching is incremental: per request the dot products with every stored EAM are updated with
-the layer's new counts only (O(N * experts routed)), and cosine uses per-entry prefix norms.
+Matching is incremental: the dot products with every stored EAM gain the layer's new counts
+only, and cosine uses per-entry prefix norms. Requests live in table rows (one request:
+systems/moe_infinity_requests.py; a batch: systems/moe_infinity_batch.py), eviction ranks in
+systems/moe_infinity_ranks.py. Only what changed is recomputed (the predicted EAM when the
+matched set changed, the blend where own counts changed, variances where admission needs
+them), with the same bits as the plain formulas (integer sums exact, the same IEEE operations).
 """
 
 from __future__ import annotations
@@ -33,34 +37,18 @@ import math
 import numpy as np
 
 from core.knobs import bool_knob, float_knob, int_knob
+from systems import moe_infinity_batch as batch
 from systems.base import HISTORY_CAP, System
-from systems.eamc import EAMC, ranked_keys, request_eams
+from systems.eamc import EAMC, request_eams
+from systems.moe_infinity_ranks import (
+    ResidentRanks,
+    lowest_evictable,
+    released_layer_factor,
+    released_priority,
+)
+from systems.moe_infinity_requests import RequestState, RequestTable
 
 _RESIDENT = 2**62  # gate value of a resident key: above every iteration index
-
-
-class RequestState:
-    """One running request: its EAM, the query EAM and its dot products with the collection."""
-
-    __slots__ = ("eam", "own", "own_var", "mix", "keep2", "mix2", "q", "q_keys", "q_iter",
-                 "dots", "norm2", "version", "best", "best_cos")
-
-    def __init__(self, num_keys: int, n_slots: int, iteration_query: bool = False):
-        self.eam = np.zeros(num_keys)  # flattened [L*E] token counts of the request so far
-        self.own = np.zeros(num_keys)  # the same, row-normalised per layer
-        self.own_var = np.zeros(num_keys)  # binomial variance of each own share, s (1 - s) / n
-        self.mix = np.zeros(num_keys)  # own_weight on the layers the request has reached, else 0
-        self.keep2 = np.ones(num_keys)  # (1 - mix)^2 and mix^2, the blend's variance weights
-        self.mix2 = np.zeros(num_keys)
-        # The query: this iteration's counts only (reset per iteration) or the request's EAM.
-        self.q = np.zeros(num_keys) if iteration_query else self.eam
-        self.q_keys: list[int] = []  # keys with counts in an iteration-level q
-        self.q_iter = -1  # iteration index q belongs to
-        self.dots = np.zeros(n_slots)  # q . entry, exact: integer counts (see EAMC)
-        self.norm2 = 0.0  # |q|^2
-        self.version = -1
-        self.best: tuple[int, ...] = ()  # matched slots, empty before the first match
-        self.best_cos = 0.0
 
 
 class MoEInfinity(System):
@@ -91,16 +79,23 @@ class MoEInfinity(System):
         super().bind(ctx)
         L, E = ctx.num_layers, ctx.num_experts
         self.eamc = EAMC(self.capacity, L, E)
+        self.table = RequestTable(L, E, self.capacity, self.own_weight, self.iteration_query,
+                                  rows=ctx.max_batch)
         self.active: dict[int, RequestState] = {}
         self.resident = np.zeros(L * E, dtype=bool)
         self.n_resident = 0
-        self.score = np.zeros(L * E)  # predicted reuse per key (max over active requests)
-        # [L*E] score where resident, else inf (None: to rebuild); _lowest's argmin reads it
-        self._masked: np.ndarray | None = None
-        self.var = np.zeros(L * E)  # its variance (max over active requests)
-        # slots -> predicted EAM and its variance (this collection version)
-        self._pred_memo: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
-        self._prior: tuple[np.ndarray, np.ndarray] | None = None
+        # predicted reuse [L*E], max over active requests: a table row (updated in place by
+        self.score = np.zeros(L * E)  # the table, self.ranks told), a max or the prior's P
+        # Where the scores came from, for their variance (computed at the few keys that need
+        # it): the requests, the prior's variance [L*E], or None (zeros); and a key that tells
+        # whether a new update would give the same scores.
+        self._var_src: list[RequestState] | np.ndarray | None = None
+        self._score_key: object = None
+        self._prior: tuple[np.ndarray, np.ndarray] | None = None  # whole collection: P, var
+        self.ranks = ResidentRanks(L * E, E)  # eviction ranks by score (not freq_decay)
+        # [L*E] 0 where _propose may queue the key, -inf where the gate holds it back
+        self._apen = np.zeros(L * E)
+        self._buf, self._above = np.empty(L * E), np.empty(L * E, dtype=bool)  # _admitted's
         # weight[i] for the current layer l = i - 1: 1 - d/L, d = layers ahead (cyclic), 0 at d = 0
         layer_of_key = np.repeat(np.arange(L), E)
         d = (layer_of_key[None, :] - np.arange(-1, L)[:, None]) % L  # [L+1, L*E]
@@ -112,204 +107,236 @@ class MoEInfinity(System):
         self.layer_now = 0
         self.it_now = 0  # the running iteration's index
         # [L*E] _propose skips a key while gate >= it_now - 1: _RESIDENT while resident, then
-        # its eviction's iteration (refetch_guard) or -2 (never blocks)
+        # its eviction's iteration (refetch_guard) or -2 (never blocks); _apen mirrors it
         self.gate = np.full(L * E, -2)
 
     def warmup(self, calibration):
         for eam in request_eams(calibration):
             self.eamc.insert(eam)
-        self._pred_memo.clear()
         self._prior = None
 
     # ---- matching (public: harness/bench/policies.py times observe and match) --------------
     def request_state(self, iteration_query: bool | None = None) -> RequestState:
-        """A fresh per-request matching state for this collection (None: the system's
-        `iteration_query`); feed it with observe()."""
+        """A fresh matching state for this collection, outside the running requests (None:
+        the system's `iteration_query`); feed it with observe()."""
         iq = self.iteration_query if iteration_query is None else iteration_query
-        return RequestState(self.ctx.total_experts, self.eamc.capacity, iq)
-
-    def _predicted(self, slots: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
-        p = self._pred_memo.get(slots)
-        if p is None:
-            p = self._pred_memo[slots] = self.eamc.predicted(slots)
-        return p
-
-    def _refresh(self, st: RequestState) -> None:
-        """Recompute dot products after the collection changed."""
-        c = self.eamc
-        st.dots = st.q @ c.cols  # [capacity]; unused slots give 0
-        st.version = c.version
-
-    def _new_iteration(self, st: RequestState, iteration: int) -> None:
-        """Iteration-level query: start an empty query EAM for the request's next iteration."""
-        st.q[st.q_keys] = 0.0
-        st.q_keys.clear()
-        st.dots = np.zeros(self.eamc.capacity)
-        st.norm2 = 0.0
-        st.version = self.eamc.version
-        st.q_iter = iteration
+        ctx = self.ctx
+        return RequestTable(ctx.num_layers, ctx.num_experts, self.capacity, self.own_weight,
+                            iq).new_state()
 
     def observe(self, st: RequestState, layer: int, ids: list[int], counts: list[int],
-                 prefill: bool, iteration: int = -1) -> None:
-        """Add one layer's counts (python lists: ids ascending, tokens each) and re-match.
-
-        The k-element bookkeeping is plain python (cheaper than numpy calls at k <= ~8)."""
-        c, E = self.eamc, self.ctx.num_experts
-        if self.iteration_query and iteration != st.q_iter:
-            self._new_iteration(st, iteration)
+                prefill: bool, iteration: int = -1) -> None:
+        """Add one layer's counts of one request (ids ascending, tokens each) and re-match."""
+        c, tab = self.eamc, st.table
+        if tab.iteration_query and st.q_iter != iteration:
+            tab.start_iteration([st], iteration, c.version)
         if c.n and st.version != c.version:
-            self._refresh(st)  # before adding this layer's counts, which are added below
-        base, eam, q, d = layer * E, st.eam, st.q, 0.0
-        apart = q is not eam
-        for e, cnt in zip(ids, counts):
-            key = base + e
-            old = float(q[key])
-            q[key] = old + cnt
-            d += cnt * (2.0 * old + cnt)
-            if apart:
-                eam[key] += cnt
-                st.q_keys.append(key)
-        st.norm2 += d
-        w = self.own_weight
-        if w > 0:
-            row = eam[base:base + E]
-            n = float(row.sum())
-            share = row * (1.0 / n)
-            st.own[base:base + E] = share
-            st.own_var[base:base + E] = share * (1.0 - share) * (1.0 / n)
-            if st.mix[base] != w:  # the request reaches this layer for the first time
-                st.mix[base:base + E] = w
-                st.keep2[base:base + E] = (1.0 - w) * (1.0 - w)
-                st.mix2[base:base + E] = w * w
+            tab.refresh([st], c)  # before this layer's counts, which match_one adds
+        base = layer * c.E
+        keys = [base + e for e in ids]
+        tab.add_one(st, layer, keys, counts)
         if c.n:
             # cosine over the layers the query has seen: 0..layer, or all once a request-level
             # query decodes (the prefill filled every layer)
-            lim = layer if prefill or self.iteration_query else c.L - 1
-            self.match(st, [base + e for e in ids], counts, lim)
+            lim = layer if prefill or tab.iteration_query else c.L - 1
+            self._count_matches([st], [tab.match_one(st, keys, counts, lim, c, self.match_top)])
 
     def match(self, st: RequestState, keys: list[int], counts: list[int], lim: int) -> None:
-        """The EAMC query, incrementally: add the new counts' dot products with every entry
-        (k rows of the layer-major store), then the `match_top` best cosines over layers
-        0..lim (ties: lowest slot). Unused slots are all-zero columns with inverse norm 0."""
-        c = self.eamc
-        st.dots += np.asarray(counts, dtype=np.float64) @ c.cols.take(keys, axis=0)  # [cap]
-        # cosine = dots / (|query| |entry prefix|); |query| is the same for every entry
-        scaled = st.dots * c.inv_norm[lim]
-        if self.match_top == 1:
-            st.best = (int(scaled.argmax()),)
-        else:
-            st.best = tuple(ranked_keys(scaled[:c.n], self.match_top))
-        st.best_cos = float(scaled[st.best[0]]) / math.sqrt(st.norm2)
-        self.matches += 1
-        self.best_cos_sum += st.best_cos
+        """Add the counts of `keys` to one request's dot products and re-match over layers
+        0..lim (the incremental EAMC query on its own)."""
+        cos = st.table.match_one(st, list(keys), counts, lim, self.eamc, self.match_top)
+        self._count_matches([st], [cos])
 
+    def _observe_batch(self, states: list[RequestState], layer: int, counts: np.ndarray,
+                       prefill: bool, iteration: int) -> None:
+        """observe() for R > 1 member requests of the running table at once: counts [R, E]."""
+        c, tab = self.eamc, self.table
+        ri = batch.rows_index(states)
+        if tab.iteration_query:
+            tab.start_iteration(states, iteration, c.version)
+        if c.n:
+            tab.refresh(states, c)
+        batch.add_counts(tab, states, ri, layer, counts)
+        if c.n:
+            lim = layer if prefill or tab.iteration_query else c.L - 1
+            ids = np.flatnonzero(counts.any(axis=0))  # the experts routed, [K]
+            cos = batch.match(tab, states, ri, layer * c.E + ids, counts[:, ids], lim, c,
+                              self.match_top)
+            self._count_matches(states, cos)
+
+    def _count_matches(self, states: list[RequestState], cos: list[float]) -> None:
+        for st, best_cos in zip(states, cos):  # in member order: the same sum
+            st.best_cos = best_cos
+            self.matches += 1
+            self.best_cos_sum += best_cos
+
+    # ---- predicted reuse --------------------------------------------------------------------
     def _update_scores(self) -> None:
-        # (1 - w) * P + w * own on the layers the request has reached; P alone on the others,
+        # (1 - w) * P + w * own on the layers a request has reached; P alone on the others,
         # where its own EAM has no counts yet (blending those zeros would halve their reuse).
-        # Variance of the blend: (1 - w)^2 var(P) + w^2 var(own), the two estimates independent.
-        self._masked = None  # the scores change below
-        preds = []
-        for st in self.active.values():
-            if st.best:
-                p, v = self._predicted(st.best)
-                # keep2 = (1 - mix)^2, mix2 = mix^2: the same products, kept per request
-                preds.append((p + st.mix * (st.own - p), st.keep2 * v + st.mix2 * st.own_var))
-        if not preds:
-            if self._prior is None and self.eamc.n:
-                self._prior = self.eamc.predicted()  # the whole collection, before a match
-            preds = [self._prior] if self._prior is not None else []
-        if not preds:
+        # Max over the requests that have matched; before any match, the whole collection.
+        if len(self.active) == 1:
+            self._update_one(*self.active.values())
+            return
+        states = [st for st in self.active.values() if st.best]
+        if not states:
+            self._use_prior()
+            return
+        rows = [st.row for st in states]
+        if rows == self._score_key and not any(
+                st.stale or st.new_p or st.own_dirty != -1 for st in states):
+            return  # the same scores
+        tab = self.table
+        by_len: dict[int, list[RequestState]] = {}
+        for st in states:  # one batch per match count (the collection may have grown since)
+            if st.stale:
+                by_len.setdefault(len(st.best), []).append(st)
+        for group in by_len.values():
+            batch.predict(tab, group, self.eamc)
+        batch.blend_rows(tab, states)
+        self._set_scores(tab.blend[batch.rows_index(states)].max(axis=0), states, rows)
+
+    def _update_one(self, st: RequestState) -> None:
+        """Batch 1: the scores are the request's blend row; after a change of its own shares
+        only, the ranks are updated on that layer's block."""
+        if not st.best:
+            self._use_prior()
+            return
+        tab = self.table
+        if st.stale:
+            tab.predict_one(st, self.eamc)
+        blk = tab.blend_one(st)
+        if self._score_key != st.row:
+            self._set_scores(tab.blend[st.row], [st], st.row)
+        elif blk is not None and blk.stop is None:
+            self.ranks.set_scores(self.score)
+        elif blk is not None:
+            self.ranks.set_block(blk)
+
+    def _use_prior(self) -> None:
+        if self._prior is None and self.eamc.n:
+            self._prior = self.eamc.predicted()  # the whole collection, before a match
+        if self._prior is None:
             return  # empty collection: scores stay zero, eviction by lowest key
-        if len(preds) == 1:
-            self.score, self.var = preds[0]
-        else:
-            self.score = np.max([p for p, _ in preds], axis=0)
-            self.var = np.max([v for _, v in preds], axis=0)
+        if self._score_key is not self._prior:
+            self._set_scores(self._prior[0], self._prior[1], self._prior)
+
+    def _set_scores(self, score: np.ndarray, var_src, key) -> None:
+        self.score, self._var_src, self._score_key = score, var_src, key
+        self.ranks.set_scores(score)
+
+    def _var_at(self, keys: np.ndarray) -> np.ndarray:
+        """Variance of the predicted reuse at `keys` (max over the same requests as the
+        scores): (1 - w)^2 var(P) + w^2 var(own), the two estimates independent."""
+        src = self._var_src
+        if src is None:
+            return np.zeros(len(keys))
+        if isinstance(src, np.ndarray):
+            return src[keys]
+        if len(src) == 1:
+            return self.table.variance_one(src[0], keys)
+        return batch.variance(self.table, src, keys)
+
+    def _var_of(self, key: int) -> float:  # _var_at at one key (the same bits)
+        src = self._var_src
+        if src is None:
+            return 0.0
+        if isinstance(src, np.ndarray):
+            return float(src[key])
+        return self.table.variance_of(src, key)
+
+    @property
+    def var(self) -> np.ndarray:
+        """Variance of every key's predicted reuse [L*E] (tests; the policy reads a few)."""
+        return self._var_at(np.arange(len(self.score)))
 
     # ---- eviction and admission -----------------------------------------------------------
-    def _rank(self) -> np.ndarray:
-        """Eviction rank per key [L*E], lowest first: predicted reuse, or with
-        `freq_decay_eviction` the released code's priority (see released_priority)."""
+    def _lowest(self, candidates=None) -> int:
+        """Resident key with the lowest eviction rank (ties: lowest key), among `candidates`
+        if given; -1 if none. Rank: predicted reuse, or with `freq_decay_eviction` the
+        released code's priority (released_priority; it changes with every access)."""
         if not self.freq_decay_eviction:
-            return self.score
-        return released_priority(self.score, self.freq * self.resident,
+            return self.ranks.lowest(candidates)
+        rank = released_priority(self.score, self.freq * self.resident,
                                  self.topo[self.layer_now])
+        return lowest_evictable(np.where(self.resident, rank, np.inf), candidates)
 
-    def _lowest(self, rank: np.ndarray, candidates=None) -> int:
-        """Resident key with the lowest rank (ties: lowest key), among `candidates` if given;
-        -1 if none."""
-        if self.freq_decay_eviction:  # that rank changes with every access: no cache
-            masked = np.where(self.resident, rank, np.inf)
-        else:
-            masked = self._masked
-            if masked is None:
-                masked = self._masked = np.where(self.resident, rank, np.inf)
-        skipped = []
-        key = -1
-        while True:
-            k = int(masked.argmin())
-            if masked[k] == np.inf:
-                break
-            if candidates is None or k in candidates:
-                key = k
-                break
-            skipped.append((k, masked[k]))
-            masked[k] = np.inf  # in use by the running layer or still in flight
-        for k, value in skipped:  # restored: the cache stays the resident ranks
-            masked[k] = value
-        return key
-
-    def _admits(self, incoming, victim: int):
-        """Hysteresis: a prefetch of `incoming` (a key, or slice(None) for every key at once)
-        displaces `victim` only if its predicted reuse exceeds the victim's by more than
-        `admit_margin` standard errors of the difference, sqrt(var_in + var_victim)."""
-        if isinstance(incoming, slice):
-            gap = self.score - self.score[victim]
-            return gap > self.admit_margin * np.sqrt(self.var + self.var[victim])
-        # one key: python floats, the same IEEE operations as the vector form
+    def _admits(self, incoming: int, victim: int) -> bool:
+        """Hysteresis: a prefetch of `incoming` displaces `victim` only if its predicted reuse
+        exceeds the victim's by more than `admit_margin` standard errors of the difference,
+        sqrt(var_in + var_victim). Python floats: the same IEEE operations as _admitted's."""
+        var_in, var_victim = self._var_of(incoming), self._var_of(victim)
         gap = float(self.score[incoming]) - float(self.score[victim])
-        return gap > self.admit_margin * math.sqrt(float(self.var[incoming])
-                                                   + float(self.var[victim]))
+        return gap > self.admit_margin * math.sqrt(var_in + var_victim)
 
     def _propose(self, layer: int) -> None:
-        """Queue non-resident experts by P * (1 - d/L), highest first, ties by lowest key.
+        """Queue non-resident experts by P * (1 - d/L), highest first, ties by lowest key;
+        not those the gate holds back (resident, or with refetch_guard evicted in this or the
+        previous iteration).
 
         Once the cache is full, only experts that the admission rule would let displace the
         next victim are proposed: any other prefetch would be declined in choose_victim.
         """
         if not self.prefetch:
             return
-        prio = self.score * self.weight[layer + 1]
-        # not resident and, with refetch_guard, not evicted in this or the previous iteration
-        ok = self.gate < self.it_now - 1
-        ok &= prio > 0
-        if self.n_resident >= self.ctx.capacity_slots:
-            victim = self._lowest(self._rank())
-            if victim >= 0:
-                ok &= self._admits(slice(None), victim)
-        self.proposal = ranked_keys(prio, self.max_proposal, np.flatnonzero(ok))
+        w = self.weight[layer + 1]
+        victim = self._lowest() if self.n_resident >= self.ctx.capacity_slots else -1
+        self.proposal = self._admitted(w, victim) if victim >= 0 else self._top(w)
+
+    def _top(self, w: np.ndarray) -> list[int]:
+        """The max_proposal allowed keys of highest prio = score * w > 0: repeated argmax,
+        which returns the lowest of equal keys."""
+        prio = self.score * w
+        prio += self._apen
+        out: list[int] = []
+        for _ in range(self.max_proposal):
+            k = int(prio.argmax())
+            if not prio[k] > 0:
+                break
+            out.append(k)
+            prio[k] = -np.inf
+        return out
+
+    def _admitted(self, w: np.ndarray, victim: int) -> list[int]:
+        """_top among the keys admitted over `victim` (see _admits). Leaving the incoming
+        key's variance out of the margin gives a lower bound T of it (sqrt and the products
+        are monotone), and score - sv > T needs score > (sv + T) (1 - 1e-12) whatever the
+        rounding: only the few keys above that get their variance."""
+        score, margin = self.score, self.admit_margin
+        sv, var_victim = score.item(victim), self._var_of(victim)
+        low = margin * math.sqrt(var_victim)
+        allowed = np.add(score, self._apen, out=self._buf)  # -inf where the gate holds
+        cand = np.greater(allowed, (sv + low) * (1.0 - 1e-12), out=self._above).nonzero()[0]
+        if not len(cand):
+            return []
+        ok = score.take(cand) - sv > margin * np.sqrt(self._var_at(cand) + var_victim)
+        keys = cand[ok].tolist()
+        if not keys:
+            return []  # the usual case
+        ranked = sorted((-p, k) for k, p in zip(keys, (score[keys] * w[keys]).tolist()) if p > 0)
+        return [k for _, k in ranked[:self.max_proposal]]
 
     # ---- engine hooks ---------------------------------------------------------------------
     def on_request_start(self, request, now_ms):
-        self.active[request.index] = RequestState(self.ctx.total_experts, self.eamc.capacity,
-                                             self.iteration_query)
+        self.active[request.index] = self.table.new_state()
         self._update_scores()
         self._propose(-1)
 
     def on_layer_routed(self, routing, now_ms):
         members, layer = routing.iteration.members, routing.layer
         prefill, it = routing.iteration.kind == "prefill", routing.iteration.index
-        self.it_now = it
+        if it != self.it_now:
+            self.it_now = it
+            self._apen = np.where(self.gate < it - 1, 0.0, -np.inf)
+        self.ranks.set_layer(layer, len(routing.experts))
         E = self.ctx.num_experts
         if len(members) == 1:
-            st = self.active[members[0][0]]
-            self.observe(st, layer, routing.experts, routing.counts, prefill, it)
+            self.observe(self.active[members[0][0]], layer, routing.experts, routing.counts,
+                         prefill, it)
         else:
-            for r, rows in routing.per_request().items():
-                counts = np.bincount(rows.ravel(), minlength=E)[:E]
-                ids = np.flatnonzero(counts)
-                self.observe(self.active[r], layer, ids.tolist(), counts[ids].tolist(),
-                              prefill, it)
+            per = routing.per_request()  # {request: top-k ids [tokens, k]}
+            self._observe_batch([self.active[r] for r in per], layer,
+                                batch.bincount_rows(list(per.values()), E), prefill, it)
         if self.freq_decay_eviction:
             self.layer_now = layer
             self.freq[[layer * E + e for e in routing.experts]] += 1.0  # one visit per access
@@ -323,7 +350,7 @@ class MoEInfinity(System):
     def choose_victim(self, candidates, incoming, demand, now_ms):
         if not candidates.full:
             return None
-        victim = self._lowest(self._rank(), candidates)  # evictable, lowest rank
+        victim = self._lowest(candidates)  # evictable, lowest rank
         if victim < 0:
             return None
         if not demand and not self._admits(incoming, victim):
@@ -331,26 +358,34 @@ class MoEInfinity(System):
         return victim
 
     def on_evict(self, key, now_ms):
-        if self._masked is not None:
-            self._masked[key] = np.inf
+        self.ranks.evict(key)
         self.resident[key] = False
         self.n_resident -= 1
         self.freq[key] = 0.0
         self.gate[key] = self.it_now if self.refetch_guard else -2
+        self._apen[key] = -np.inf if self.refetch_guard else 0.0
 
     def on_load(self, key, demand, now_ms):
-        if self._masked is not None:
-            self._masked[key] = self.score[key]
+        self.ranks.load(key)
         self.resident[key] = True
         self.n_resident += 1
         self.gate[key] = _RESIDENT
+        self._apen[key] = -np.inf
 
     def on_request_end(self, request, now_ms):
         st = self.active.pop(request.index)
         if self.learn_online:
-            self.eamc.insert(st.eam.reshape(self.ctx.num_layers, self.ctx.num_experts))
-            self._pred_memo.clear()
+            c = self.eamc
+            replaced = c.replaced
+            slot = c.insert(st.eam.reshape(c.L, c.E))
             self._prior = None
+            if c.replaced != replaced:  # the predictions that summed that slot are stale
+                for other in self.active.values():
+                    if slot in other.best:
+                        other.stale = True
+                    if slot in other.summed:
+                        other.summed = frozenset()  # its kept sum no longer holds
+        self.table.release(st)
 
     def describe(self):
         return {**super().describe(), "eamc_capacity": self.capacity,
@@ -363,37 +398,3 @@ class MoEInfinity(System):
                 "eamc_replacements": self.eamc.replaced if self.eamc else 0,
                 "matches": self.matches,
                 "mean_best_cosine": self.best_cos_sum / self.matches if self.matches else None}
-
-
-def released_layer_factor(num_layers: int, num_experts: int) -> np.ndarray:
-    """The released code's layer ("topology") factor of eviction, [L, L*E]: row c is for the
-    current layer c, normalised over all keys, + 1e-6 (expert_priority_score.priority_score).
-    It splits the layers in halves (a leftover of encoder-decoder Switch, applied to every
-    model): layers of the current half up to c get 1, later ones of that half 1 - i/n (first
-    half) or (i - n) / (n + 1) (second half, i - n counted from its start); the other half
-    keeps its later-layer rule. n = L // 2; a single layer (n = 0) gets a uniform factor."""
-    n, i = num_layers // 2, np.arange(num_layers)
-    if n == 0:
-        return np.full((num_layers, num_layers * num_experts), 1.0 / num_experts + 1e-6)
-    first, second = 1.0 - i / n, (i - n) / (n + 1.0)
-    rows = []
-    for c in range(num_layers):
-        if c < n:
-            t = np.where(i < n, np.where(i > c, first, 1.0), second)
-        else:
-            t = np.where(i < n, first, np.where(i > c, second, 1.0))
-        rows.append(np.repeat(t / (t.sum() * num_experts), num_experts) + 1e-6)
-    return np.array(rows)
-
-
-def released_priority(reuse: np.ndarray, freq: np.ndarray, layer_factor: np.ndarray):
-    """The released code's eviction priority [L*E] (lowest evicted first): the product of the
-    layer factor, the predicted reuse and the access frequency of the resident experts, each
-    normalised to sum 1 and shifted by 1e-6 (an all-zero factor counts as uniform). `freq`:
-    accesses since the expert was loaded, 0 for absent keys; integer-valued, so its sum is
-    exact."""
-    out = layer_factor.copy()
-    for f in (reuse, freq):
-        total = float(f.sum())
-        out *= (f / total if total > 0 else 1.0 / len(f)) + 1e-6
-    return out

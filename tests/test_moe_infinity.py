@@ -267,7 +267,7 @@ def test_rule_options_keep_the_invariants(knobs, batch):
     engine.run()
     engine.cache.check_invariants()
     assert engine.cache.peak_slots <= 5
-    assert int(system.resident.sum()) == system.n_resident == len(engine.cache.ready_ms)
+    assert int(system.resident.sum()) == system.n_resident == len(engine.cache)
 
 
 def test_bad_knobs_are_refused():
@@ -306,3 +306,142 @@ def test_refetch_guard_keeps_an_expert_evicted_now_or_one_iteration_ago_out_of_p
             s.on_layer_routed(_Routing(0, [0], [1], iteration=it), 0.0)
             got.append([k for k in s.propose_prefetch(0.0) if k != 0])
         assert tuple(got) == expected, (guard, got)
+
+
+# ---- the incremental and batched paths give the plain formulas' bits ---------------------
+def _plain_reuse(s, st):
+    """Score and variance of one request from scratch, as the per-request formulas read:
+    P and var(P) of the summed matched EAMs, blended with the own row-normalised EAM on
+    the layers reached: P + mix (own - P) and keep2 var(P) + mix2 share (1 - share) (1 / n)."""
+    L, E, w = s.ctx.num_layers, s.ctx.num_experts, s.own_weight
+    p, pvar = s.eamc.predicted(st.best)
+    eam = st.eam.reshape(L, E)
+    n = eam.sum(axis=1, keepdims=True)
+    reached = n[:, 0] > 0
+    inv = np.divide(1.0, n, out=np.zeros_like(n), where=n > 0)  # row * (1 / n), as the rule
+    own = eam * inv
+    own_var = (own * (1.0 - own) * inv).ravel()
+    own = own.ravel()
+    mix = np.repeat(np.where(reached, w, 0.0), E)
+    keep2 = np.repeat(np.where(reached, (1.0 - w) * (1.0 - w), 1.0), E)
+    mix2 = np.repeat(np.where(reached, w * w, 0.0), E)
+    return p + mix * (own - p), keep2 * pvar + mix2 * own_var
+
+
+class _Members:
+    kind, members = "decode", ((0, 1),)
+
+    def __init__(self, index):
+        self.index = index
+
+
+@pytest.mark.parametrize("iteration_query", [True, False])
+def test_single_request_scores_and_variances_are_the_plain_formulas(iteration_query):
+    rng = np.random.default_rng(3)
+    s = _bound_with_history(*rng.integers(0, 6, size=(4, 3, 4)), own_weight=0.5,
+                            iteration_query=iteration_query, match_top=2)
+    s.on_request_start(_Req(), 0.0)
+    for it in range(4):
+        for layer in range(3):
+            ids = sorted(rng.choice(4, size=2, replace=False).tolist())
+            s.on_layer_routed(_Routing(layer, ids, [1, 2], iteration=it), 0.0)
+            score, var = _plain_reuse(s, s.active[0])
+            assert np.array_equal(s.score, score) and np.array_equal(s.var, var)
+
+
+def test_batch_path_gives_the_single_request_bits():
+    """Three requests through the batch path (one table, R = 3) and the same three one by
+    one: every row array and match is bit for bit the same."""
+    rng = np.random.default_rng(5)
+    eams = rng.integers(0, 6, size=(5, 3, 4)).astype(float)
+    batched, single = (_bound_with_history(*eams, own_weight=0.5, match_top=2)
+                       for _ in range(2))
+    tab = batched.table
+    rows = [tab.new_state() for _ in range(3)]
+    alone = [single.request_state() for _ in range(3)]
+    for it in range(3):
+        for layer in range(3):
+            counts = rng.integers(0, 3, size=(3, 4)).astype(float)
+            counts[:, layer % 4] += 1
+            batched._observe_batch(rows, layer, counts, it == 0, it)
+            from systems import moe_infinity_batch as batch
+            batch.predict(tab, [st for st in rows if st.stale], batched.eamc)
+            batch.blend_rows(tab, rows)
+            for st, c in zip(alone, counts):
+                ids = np.flatnonzero(c).tolist()
+                single.observe(st, layer, ids, c[ids].astype(int).tolist(), it == 0, it)
+                st.table.predict_one(st, single.eamc)
+                st.table.blend_one(st)
+            for sb, ss in zip(rows, alone):
+                assert sb.best == ss.best
+                for name in ("eam", "q", "norm2", "own", "own_n", "mix", "blend", "parts"):
+                    a, b = getattr(tab, name)[sb.row], getattr(ss.table, name)[ss.row]
+                    assert np.array_equal(a, b), name
+                n = batched.eamc.n
+                assert np.array_equal(tab.dots[sb.row, :n], ss.table.dots[ss.row, :n])
+
+
+def test_resident_ranks_lowest_is_the_brute_force_lowest():
+    from systems.moe_infinity_ranks import ResidentRanks
+
+    class _First(EvictableSet):  # the engine's Candidates walk
+        def first_of(self, keys):
+            return next((k for k in keys if k in self.keys), None)
+
+    rng = np.random.default_rng(7)
+    L, E = 4, 8
+    r = ResidentRanks(L * E, E)
+    resident = set()
+    for step in range(60):
+        if step % 10 == 0:
+            r.set_scores(rng.integers(0, 5, L * E) / 4.0)  # ties on purpose
+        r.set_layer(step % L, int(rng.integers(1, 2 * E)))
+        for key in rng.choice(L * E, 3, replace=False).tolist():
+            if key in resident:
+                resident.discard(key)
+                r.evict(key)
+            else:
+                resident.add(key)
+                r.load(key)
+        evictable = {k for k in resident if rng.random() < 0.6}
+        for cands in (EvictableSet(evictable), _First(evictable), None):
+            pool = resident if cands is None else evictable
+            want = min(((r.score[k], k) for k in pool), default=(0, -1))[1]
+            assert r.lowest(cands) == want
+
+
+def test_eamc_grows_its_columns_and_keeps_every_entry():
+    rng = np.random.default_rng(2)
+    c = EAMC(100, 2, 3)
+    eams = rng.integers(0, 5, size=(70, 2, 3)).astype(float)
+    for e in eams:
+        c.insert(e)
+    assert c.cols.shape[1] == 100 and c.n == 70
+    for k in (0, 63, 64, 69):
+        np.testing.assert_array_equal(c.entry(k), eams[k])
+    q = eams[5].ravel()
+    want = [q @ e.ravel() / np.sqrt(q @ q * (e.ravel() @ e.ravel())) for e in eams]
+    np.testing.assert_allclose(c.cosine(q), want)
+
+
+@pytest.mark.parametrize("margin", [0.0, 0.25, 1.0])
+def test_admission_filter_is_the_full_vector_rule(margin):
+    """_admitted (threshold, then a few variances) proposes what the rule applied to every
+    key proposes: allowed, prio > 0, gap > margin * sqrt(var + var_victim)."""
+    rng = np.random.default_rng(11)
+    s = _bound_with_history(*rng.integers(0, 6, size=(4, 3, 4)), slots=6,
+                            admit_margin=margin, match_top=2, own_weight=0.5)
+    s.on_request_start(_Req(), 0.0)
+    for key in (0, 1, 2, 5, 9, 10):
+        s.on_load(key, True, 0.0)
+    for it in range(3):
+        for layer in range(3):
+            ids = sorted(rng.choice(4, size=2, replace=False).tolist())
+            s.on_layer_routed(_Routing(layer, ids, [1, 1], iteration=it), 0.0)
+            victim = s._lowest()
+            prio = s.score * s.weight[layer + 1]
+            gap = s.score - s.score[victim]
+            ok = (s.gate < s.it_now - 1) & (prio > 0)
+            ok &= gap > margin * np.sqrt(s.var + s.var[victim])
+            want = sorted(zip((-prio[ok]).tolist(), np.flatnonzero(ok).tolist()))[:8]
+            assert s.propose_prefetch(0.0) == [k for _, k in want]

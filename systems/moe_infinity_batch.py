@@ -1,0 +1,160 @@
+"""moe_infinity's batch path: one MoE layer of R > 1 member requests of a RequestTable
+(systems/moe_infinity_requests.py) at once, as array operations over their rows, and the
+variance of the predicted reuse at a few keys over several requests.
+
+Each function gives, row by row, the bits of the single-request path in that module (the
+same integer sums, the same elementwise IEEE operations in the same order); the golden and
+reference runs at batch 1 and above check that.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from systems.eamc import EAMC
+from systems.moe_infinity_requests import (
+    ARGMAX_TOP,
+    KEEP2,
+    OWN_VAR,
+    PVAR,
+    SHARE,
+    VAR,
+    RequestState,
+    RequestTable,
+)
+
+
+def rows_index(states: list[RequestState]):
+    """The states' table rows as a slice when they are consecutive (views, no copies), else
+    an index array."""
+    r0 = states[0].row
+    if all(st.row == r0 + i for i, st in enumerate(states)):
+        return slice(r0, r0 + len(states))
+    return np.array([st.row for st in states])
+
+
+def bincount_rows(rows: list[np.ndarray], num_experts: int) -> np.ndarray:
+    """Tokens per expert [R, E] (float64) of R requests' top-k rows ([tokens, k] each)."""
+    flat = np.concatenate([r.ravel() for r in rows]).astype(np.intp)
+    flat += np.repeat(np.arange(len(rows)) * num_experts, [r.size for r in rows])
+    counts = np.bincount(flat, minlength=len(rows) * num_experts)
+    return counts.reshape(len(rows), num_experts).astype(np.float64)
+
+
+def add_counts(tab: RequestTable, states: list[RequestState], ri, layer: int,
+               counts: np.ndarray) -> None:
+    """RequestTable.add_one for the member rows `ri` (a slice or rows) with counts [R, E]."""
+    blk = slice(layer * tab.E, (layer + 1) * tab.E)
+    old = tab.q[ri, blk]  # [R, E]
+    tab.norm2[ri] += ((2.0 * old + counts) * counts).sum(axis=1)  # integers, exact
+    tab.q[ri, blk] = old + counts
+    if tab.iteration_query:
+        tab.eam[ri, blk] += counts
+        for st in states:
+            st.q_layers.add(layer)
+    w = tab.own_weight
+    if w > 0:
+        n = tab.own_n[ri, layer] + counts.sum(axis=1)  # [R] the layer's tokens so far
+        tab.own_n[ri, layer] = n
+        inv = (1.0 / n)[:, None]
+        share = tab.eam[ri, blk] * inv
+        tab.own[ri, blk] = share
+        own_var = (1.0 - share) * share * inv * (w * w)
+        tab.parts[ri, OWN_VAR, blk] = own_var
+        for st in states:
+            if layer not in st.reached:
+                tab.first_visit(st, layer)
+            st.own_changed(layer)
+        tab.parts[ri, VAR, blk] = tab.parts[ri, KEEP2, blk] * tab.parts[ri, PVAR, blk] + own_var
+
+
+def match(tab: RequestTable, states: list[RequestState], ri, keys: np.ndarray,
+          counts: np.ndarray, lim: int, c: EAMC, match_top: int) -> list[float]:
+    """RequestTable.match_one for the member rows: counts [R, K] at `keys` [K]. Returns each
+    row's best cosine."""
+    n = c.n
+    dots = tab.dots[ri, :n] + counts @ c.cols[keys, :n]  # [R, n], exact
+    tab.dots[ri, :n] = dots
+    best, top = top_slots(dots * c.inv_norm[lim, :n], min(match_top, n))
+    for st, slots in zip(states, best.tolist()):
+        slots = tuple(slots)
+        if slots != st.best:
+            st.best, st.stale = slots, True
+    return (top / np.sqrt(tab.norm2[ri])).tolist()
+
+
+def top_slots(scaled: np.ndarray, m: int) -> tuple[np.ndarray, np.ndarray]:
+    """top_few per row of scaled [R, n]: the columns [R, m] and each row's highest value
+    [R]. `scaled` is overwritten."""
+    R, rows = len(scaled), np.arange(len(scaled))
+    if m > ARGMAX_TOP:
+        order = np.argsort(-scaled, axis=1, kind="stable")[:, :m]
+        return order, scaled[rows, order[:, 0]]
+    out = np.empty((R, m), dtype=np.intp)
+    top = scaled.max(axis=1)
+    for i in range(m):
+        j = scaled.argmax(axis=1)
+        out[:, i] = j
+        scaled[rows, j] = -np.inf
+    return out, top
+
+
+def predict(tab: RequestTable, states: list[RequestState], c: EAMC) -> None:
+    """RequestTable.predict_one for states with the same number of matches: the matched rows
+    summed in one gather per match, then P and its variances over the states' rows (in
+    place when consecutive; rows whose set did not change get the same values again)."""
+    changed = [st for st in states if st.summed != frozenset(st.best)]
+    for st in states:
+        st.stale = False
+    if not changed:
+        return
+    tab.acc[[st.row for st in changed]] = c.summed_rows(np.array([st.best for st in changed]))
+    for st in changed:
+        st.new_p, st.summed = True, frozenset(st.best)
+    L, E, R, ri = tab.L, tab.E, len(states), rows_index(states)
+    acc = tab.acc[ri]
+    counts, totals = acc[:, :L * E].reshape(R, L, E), acc[:, L * E:, None]  # [R, L, 1]
+    if isinstance(ri, slice):  # views of the rows: written in place
+        share, pvar, var = (tab.parts[ri, k].reshape(R, L, E) for k in (SHARE, PVAR, VAR))
+    else:
+        share, pvar, var = (np.empty((R, L, E)) for _ in range(3))
+    if totals.all():
+        np.divide(counts, totals, out=share)
+        np.subtract(1.0, share, out=pvar)
+        pvar *= share
+        pvar /= totals
+    else:  # an all-zero layer stays zero
+        share[:] = 0.0
+        np.divide(counts, totals, out=share, where=totals > 0)
+        np.subtract(1.0, share, out=pvar)
+        pvar *= share
+        np.divide(pvar, totals, out=pvar, where=totals > 0)
+    np.multiply(tab.parts[ri, KEEP2].reshape(R, L, E), pvar, out=var)
+    var += tab.parts[ri, OWN_VAR].reshape(R, L, E)
+    if not isinstance(ri, slice):
+        for k, plane in ((SHARE, share), (PVAR, pvar), (VAR, var)):
+            tab.parts[ri, k] = plane.reshape(R, L * E)
+
+
+def blend_rows(tab: RequestTable, states: list[RequestState]) -> None:
+    """RequestTable.blend_one of whole rows, for the states whose P or own shares changed
+    (in place when their rows are consecutive)."""
+    dirty = [st for st in states if st.new_p or st.own_dirty != -1]
+    if dirty:
+        ri = rows_index(dirty)
+        p = tab.parts[ri, SHARE]
+        if isinstance(ri, slice):
+            out = tab.blend[ri]
+            np.subtract(tab.own[ri], p, out=out)
+            out *= tab.mix[ri]
+            out += p
+        else:
+            tab.blend[ri] = p + tab.mix[ri] * (tab.own[ri] - p)
+    for st in states:
+        st.new_p, st.own_dirty = False, -1
+
+
+def variance(tab: RequestTable, states: list[RequestState], keys: np.ndarray) -> np.ndarray:
+    """RequestTable.variance_one at `keys` [K], max over `states`."""
+    ri = np.array([st.row for st in states])[:, None]
+    return tab.parts[ri, VAR, keys].max(axis=0)  # [R, K] -> [K]
