@@ -8,14 +8,22 @@ Portable (docs/trace-format.md, "Portable determinism"): maps, queries and unit 
 float64 on the grid of multiples of 2**-24 (float16 probabilities already are), so every
 product of two is a multiple of 2**-48 and every BLAS dot product of probability rows
 (each summing to about 1) or unit vectors is exact: the same cosines, so the same matches,
-with any BLAS kernel. Sums over layers and the rest are elementwise, in a fixed order.
+with any BLAS kernel, summation order or batching (a GEMM over several queries gives each
+the bits of its own product). Sums over layers and the rest are elementwise, in a fixed
+order. The two large products, trajectory matching against a large store
+(expert_maps_trajectory.py) and the replacement search (expert_maps_rdy.py), run in float32
+under a proven error bound and recompute exactly the few rows that can win: the same choices.
 """
 
 from __future__ import annotations
 
+import bisect
+
 import numpy as np
 
 from core.numerics import on_grid
+from systems.expert_maps_rdy import ChunkRedundancy
+from systems.expert_maps_trajectory import TrajectoryState, observe
 
 PREFILL, DECODE = 0, 1
 GRID_BITS = 24  # maps, queries and unit vectors: multiples of 2**-24
@@ -39,17 +47,6 @@ def unit(v: np.ndarray) -> np.ndarray:
     return on_grid(v / np.where(n > 0, n, 1.0), GRID_BITS)
 
 
-class TrajectoryState:
-    """One request's incremental trajectory cosine against every stored map (one iteration)."""
-
-    __slots__ = ("dots", "query_sq", "kind")
-
-    def __init__(self, n: int, kind: int):
-        self.dots = np.zeros(n)  # [n] sum over seen layers of stored . query
-        self.query_sq = 0.0
-        self.kind = kind
-
-
 class ExpertMapStore:
     """Up to `capacity` expert maps [L, E] with their prompt embeddings and iteration kind.
 
@@ -63,6 +60,9 @@ class ExpertMapStore:
         self.active = active or {PREFILL: list(range(num_layers)),
                                  DECODE: list(range(num_layers))}
         self.maps = np.zeros((num_layers, capacity, num_experts))  # layer-major, on the grid
+        # The same values expert-major and float32, [L, E, capacity]: a trajectory step on a
+        # large store streams one layer's [E, n] block (expert_maps_trajectory).
+        self.cols32 = np.zeros((num_layers, num_experts, capacity), np.float32)
         # Per row and layer, for the delta rule: ids by probability (descending, ties lowest
         # id) and the running sum of those probabilities.
         self.order = np.zeros((num_layers, capacity, num_experts), np.int32)
@@ -71,6 +71,7 @@ class ExpertMapStore:
         self.inv_prefix = {k: np.zeros((len(v), capacity), np.float32)
                            for k, v in self.active.items()}
         self.flat = np.zeros((capacity, num_layers * num_experts))  # unit maps (unit())
+        self.flat32 = np.zeros((capacity, num_layers * num_experts), np.float32)  # (rdy)
         self.emb: np.ndarray | None = None  # [capacity, D] unit rows; zero when absent
         self.has_emb = np.zeros(capacity, bool)
         self.kind = np.zeros(capacity, np.int8)
@@ -89,52 +90,65 @@ class ExpertMapStore:
         for c0 in range(0, len(maps), chunk):
             sl = slice(c0, c0 + chunk)
             e = None if embs is None else embs[sl]
-            self._add_chunk(on_grid(maps[sl], GRID_BITS), e, has_emb[sl], kinds[sl])
+            self._add_chunk(maps[sl], e, has_emb[sl], kinds[sl])
 
-    def _add_chunk(self, maps, embs, has, kinds) -> None:
-        # Similarities to the store as it was (one GEMM) and among the chunk; a row replaced
-        # earlier in the chunk is looked up among the chunk's own similarities.
-        B, n0 = len(maps), self.n
-        order, mass, inv_prefix = self._derived(maps)
+    def _add_chunk(self, raw, embs, has, kinds) -> None:
+        """Insert a chunk of maps raw [B, L, E]: each takes a free row, else the row most
+        redundant with it (ChunkRedundancy: against the store as the chunk began and the
+        members placed before it). The rows are written once the chunk is placed."""
+        B, n0 = len(raw), self.n
+        maps = on_grid(raw, GRID_BITS)
         flat = unit(maps.reshape(B, -1))
         emb = np.zeros((B, 1)) if embs is None else unit(
             np.where(has[:, None], embs.astype(np.float32), 0))
-        t_old = flat @ self.flat[:n0].T  # [B, n0]
-        t_new = flat @ flat.T  # [B, B]
-        s_old = emb @ self.emb[:n0].T if self.emb is not None and embs is not None else None
-        s_new = emb @ emb.T
+        rdy = ChunkRedundancy(self, flat, emb, embs is not None, has) if (
+            n0 + B > self.capacity) else None
         src = np.full(self.capacity, -1, np.int64)  # chunk member now held by each row
+        rows: list[int] = []  # rows written by the chunk, in order
         for i in range(B):
             if self.n < self.capacity:
                 idx = self.n
                 self.n += 1
             else:
-                rdy = np.empty(self.capacity)
-                rdy[:n0] = self._rdy(t_old[i], None if s_old is None else s_old[i], has[i],
-                                     self.has_emb[:n0])
-                changed = np.flatnonzero(src >= 0)
-                rdy[changed] = self._rdy(t_new[i, src[changed]], s_new[i, src[changed]],
-                                         has[i], has[src[changed]])
-                idx = int(np.argmax(rdy))
+                idx = rdy.most_redundant(i, src, rows)
                 self.replaced += 1
-            self.maps[:, idx], self.order[:, idx], self.mass[:, idx] = maps[i], order[i], mass[i]
-            for kind, inv in inv_prefix.items():
-                self.inv_prefix[kind][:, idx] = inv[i]
-            self.flat[idx] = flat[i]
-            if self.emb is not None:
-                self.emb[idx] = emb[i] if embs is not None and has[i] else 0.0
-            self.has_emb[idx] = bool(has[i]) and embs is not None
-            self.kind[idx] = kinds[i]
+            if src[idx] < 0:
+                rows.append(idx)
             src[idx] = i
+        at = np.array(rows, np.int64)
+        mem = src[at]  # the member each written row ends with
+        order, mass, inv = self._derived(maps[mem], _half(raw[mem]))
+        self._write(at, maps[mem], order, mass, inv, flat[mem],
+                    emb[mem] if embs is not None else None, has[mem], kinds[mem])
 
-    def _derived(self, maps: np.ndarray):
-        """Per map of a chunk [B, L, E]: id order, running mass, inverse prefix norms."""
-        order = np.argsort(-maps, axis=2, kind="stable")
+    def _write(self, at, maps, order, mass, inv, flat, emb, has, kinds) -> None:
+        """Rows `at` [k] := maps [k, L, E] with their derived values; emb [k, D] unit rows,
+        None: the chunk came without embeddings."""
+        self.maps[:, at] = maps.transpose(1, 0, 2)
+        self.cols32[:, :, at] = maps.transpose(1, 2, 0)
+        self.order[:, at], self.mass[:, at] = order.transpose(1, 0, 2), mass.transpose(1, 0, 2)
+        for k, v in inv.items():
+            self.inv_prefix[k][:, at] = v.T
+        self.flat[at], self.flat32[at] = flat, flat
+        if self.emb is not None:  # rows without an embedding are zero in emb already
+            self.emb[at] = 0.0 if emb is None else emb
+        self.has_emb[at] = has & (emb is not None)
+        self.kind[at] = kinds
+
+    def _derived(self, maps: np.ndarray, half: np.ndarray | None):
+        """Per map [k, L, E]: id order (probability descending, ties lowest id), running
+        mass, inverse prefix norms. half: the same maps as float16 (exact and >= 0), whose
+        bits sort like the values: a radix sort, the same order."""
+        if half is not None:  # the sign bit off: -0 sorts as +0, as the values compare
+            order = np.argsort(~(half.view(np.uint16) & np.uint16(0x7FFF)), axis=2,
+                               kind="stable")
+        else:
+            order = np.argsort(-maps, axis=2, kind="stable")
         mass = np.cumsum(np.take_along_axis(maps, order, 2), axis=2, dtype=np.float64)
-        sq = np.square(maps).sum(axis=2)  # [B, L]
+        sq = np.square(maps).sum(axis=2)  # [k, L]
         inv = {}
         for kind, layers in self.active.items():
-            norm = np.sqrt(np.cumsum(sq[:, layers], axis=1))  # [B, len(layers)]
+            norm = np.sqrt(np.cumsum(sq[:, layers], axis=1))  # [k, len(layers)]
             inv[kind] = np.where(norm > 0, 1 / np.maximum(norm, 1e-300), 0.0)
         return order, mass, inv
 
@@ -144,12 +158,25 @@ class ExpertMapStore:
         count = int(np.searchsorted(self.mass[layer, idx], delta, side="left")) + 1
         return self.order[layer, idx, :min(max(count, top_k), self.E)]
 
-    def _rdy(self, traj, sem, has_new, has_old) -> np.ndarray:
-        """RDY = d/L * sem + (L-d)/L * traj; traj alone where either map has no embedding."""
-        if sem is None or not has_new:
-            return np.array(traj, np.float64)
-        w = self.w_sem
-        return np.where(has_old, w * sem + (1 - w) * traj, traj).astype(np.float64)
+    def delta_ids(self, layer: int, idx: int, score: float, top_k: int) -> list[int] | None:
+        """select() as a list (bisect on the float32 masses read as python floats: the same
+        comparisons as searchsorted); None for a row without tokens (all zero)."""
+        mass = self.mass[layer, idx].tolist()
+        if mass[-1] <= 0:
+            return None
+        count = bisect.bisect_left(mass, min(1.0, max(0.0, 1.0 - score))) + 1
+        return self.order[layer, idx, :min(max(count, top_k), self.E)].tolist()
+
+    def delta_ids_many(self, layer: int, idx: list[int], score: list[float],
+                       top_k: int) -> list[list[int] | None]:
+        """delta_ids for rows idx [m] of one layer: #(mass < delta) is bisect_left's count
+        (the masses ascend), compared in float64 as there."""
+        mass = self.mass[layer, idx]  # [m, E] float32
+        delta = np.array([min(1.0, max(0.0, 1.0 - s)) for s in score])
+        count = ((mass < delta[:, None]).sum(axis=1) + 1).tolist()
+        live = (mass[:, -1] > 0).tolist()
+        return [order[:min(max(c, top_k), self.E)] if ok else None
+                for order, c, ok in zip(self.order[layer, idx].tolist(), count, live)]
 
     def match_semantic(self, emb: np.ndarray, kind: int, same_kind: bool = True):
         """(map index, cosine) of the closest prompt embedding, or None. emb: unit [D]."""
@@ -166,18 +193,17 @@ class ExpertMapStore:
         idx = int(np.argmax(sims))
         return idx, float(sims[idx])
 
+    def observe_many(self, state: TrajectoryState, pos: int, queries: np.ndarray):
+        """Add the queries' probabilities [m, E] at active layer number `pos` of their kind
+        (layers skipped count as zero rows); returns (map index [m], cosine over the prefix
+        [m]) as lists, those of float64 dot products (the first best index on ties); see
+        expert_maps_trajectory."""
+        return observe(self, state, pos, queries)
+
     def observe(self, state: TrajectoryState, pos: int, q: np.ndarray):
-        """Add the query's probabilities q [E] at active layer number `pos` of its kind (layers
-        skipped count as zero rows); returns (map index, cosine over the prefix)."""
-        n = len(state.dots)
-        q = on_grid(q, GRID_BITS)
-        state.dots += self.maps[self.active[state.kind][pos], :n] @ q
-        state.query_sq += float(q @ q)
-        # The query's norm is common to every map, so the argmax needs only the stored one.
-        inv = self.inv_prefix[state.kind][pos, :n]
-        idx = int((state.dots * inv).argmax())
-        qn = np.sqrt(state.query_sq)
-        return idx, float(state.dots[idx] * inv[idx] / qn) if qn > 0 else 0.0
+        """observe_many for one query q [E] (a state of m = 1): (map index, cosine)."""
+        idx, score = self.observe_many(state, pos, q[None])
+        return idx[0], score[0]
 
     def match(self, probs: np.ndarray, embedding: np.ndarray | None = None,
               kind: int = DECODE, distance: int | None = None) -> list[tuple[int, int, float]]:
@@ -198,3 +224,12 @@ class ExpertMapStore:
             idx, score = self.observe(state, pos, probs[active[pos]])
             out.append((active[pos + distance], idx, score))
         return out
+
+
+def _half(maps: np.ndarray) -> np.ndarray | None:
+    """maps [k, L, E] as float16 when that holds them exactly and none is negative (router
+    probabilities are float16 in traces), else None."""
+    half = maps.astype(np.float16)
+    if maps.dtype == np.float16 or np.array_equal(half, maps):
+        return half if not (half < 0).any() else None
+    return None

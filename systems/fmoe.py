@@ -17,9 +17,18 @@ without `probs`, the probabilities read from a top-k count map are smoothed
 Matching is asynchronous: a prediction is usable `match_us_per_map` * stored maps after it is
 issued (modelled, never measured), and the engine takes it at its next hook. Choices,
 divergences and the sweeps behind the defaults: docs/systems.md.
+
+Cost (every decision is that of the plain float64 rules, bit for bit): the m requests of an
+iteration are matched together, one float32 [m, E] @ [E, maps] product per layer with exact
+float64 checks of the few maps that can be the best (expert_maps.observe_many); the store's
+replacement search likewise (expert_maps_rdy.py); the eviction state is python lists and its
+victim order is edited per change, not rebuilt (fmoe_eviction.py, victim_order.py); the
+per-hook work on predictions is python lists (fmoe_predictions.py).
 """
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 
@@ -33,23 +42,15 @@ from systems.expert_maps import (
     TrajectoryState,
     unit,
 )
-from systems.victim_order import VictimOrder
-
-# Added to the p * freq (<= 1 * iterations) of protected keys: a prefetch never evicts them,
-# a demand fetch only as a last resort.
-_PROTECTED_TIER = 1e12
-
-
-class _Prediction:
-    """Experts predicted for one layer of an iteration by one match."""
-
-    __slots__ = ("layer", "ready_ms", "keys", "probs", "row", "score", "applied")
-
-    def __init__(self, layer, ready_ms, keys, probs, row, score=1.0):
-        self.layer, self.ready_ms, self.keys, self.probs, self.row = (
-            layer, ready_ms, keys, probs, row)
-        self.score = score  # the match's cosine
-        self.applied = False  # its row has been written into the eviction probabilities
+from systems.fmoe_eviction import PROTECTED_TIER, EvictionScores
+from systems.fmoe_predictions import (
+    LayerGroup,
+    Prediction,
+    from_store,
+    groups,
+    merged_proposal,
+    proposal,
+)
 
 
 class FMoE(System):
@@ -76,28 +77,25 @@ class FMoE(System):
     def bind(self, ctx):
         super().bind(ctx)
         L, E = ctx.num_layers, ctx.num_experts
+        self.E = E
         # Layers an iteration passes through: a decode step skips encoder MoE layers.
         self.active = {PREFILL: list(range(L)),
                        DECODE: [i for i, s in enumerate(ctx.moe_layer_stacks) if s != "encoder"]}
         self.store = ExpertMapStore(self.capacity, L, E, self.d, self.active)
         self.pos = {k: {layer: i for i, layer in enumerate(v)} for k, v in self.active.items()}
-        self.p = np.full(L * E, 1.0 / E)  # latest predicted probability; 1/E before any
-        self.freq = np.zeros(L * E)  # accesses since the run began
-        self.last_use = np.zeros(L * E, np.int64)  # `clock` at each key's last access
+        self.scores = EvictionScores(L, E)
+        # The per-key eviction state (python lists; tests and describe() read them here).
+        sc = self.scores
+        self.p, self.freq, self.last_use, self.visits = sc.p, sc.freq, sc.last_use, sc.visits
         self.clock = 0  # MoE layer visits so far: the recency order of eviction ties
-        self.visits = np.zeros(L, np.int64)  # iterations that ran each layer
-        self.expected: dict[int, float] = {}  # key -> expected use, for the queued prefetches
-        self.resident = np.zeros(L * E, bool)
-        self.vscore = np.full(L * E, np.inf)  # p * freq where resident, else inf
-        self.victims = VictimOrder()  # the lowest of (vscore + penalty, last_use, key)
-        self.protect_cnt = np.zeros(L * E, np.int32)  # usable predictions naming each key
-        self.protected: list[_Prediction] = []
-        self.penalty = np.zeros(L * E)  # _PROTECTED_TIER on protected keys
-        self.p_epoch = np.full(L, -1)  # epoch whose predictions last set a layer's p
+        self.expected_for: list[Prediction] = []  # the usable predictions of the last proposal
+        self.grouped: dict[int, LayerGroup] = {}  # the same by layer, merged (batch > 1)
+        self.protected: list[Prediction] = []
+        self.p_epoch = [-1] * L  # epoch whose predictions last set a layer's p
         self.epoch = 0  # one per upcoming iteration: its predictions merge by max
-        self.pending: list[_Prediction] = []
+        self.pending: list[Prediction] = []
         self.kind, self.iter, self.pos_now = DECODE, -1, -1
-        self.traj: dict[int, TrajectoryState] = {}
+        self.traj: TrajectoryState | None = None  # the iteration's members, in member order
         self.requests: dict[int, dict] = {}
         self.use_probs = "probs" in ctx.trace_fields
         self.stats = {"requests": 0, "requests_without_embedding": 0, "predictions": 0,
@@ -152,151 +150,147 @@ class FMoE(System):
     def _semantic(self, r: int, kind: int) -> None:
         for x in self.requests[r]["sem"].get(kind, ()):
             if x is not None:
-                self.pending.append(_Prediction(x.layer, x.ready_ms, x.keys, x.probs, x.row,
-                                                x.score))
+                self.pending.append(x.copy())
                 self.stats["predictions"] += 1
 
+    def _predictions(self, layer: int, idx: list[int], score: list[float], ready_ms: float):
+        """The delta-rule predictions of stored maps idx [m] at `layer` (from_store); without
+        probs, the probabilities read from the count rows (queue priority, eviction p,
+        expected use) are smoothed toward 1/E (the delta rule selects from the rows)."""
+        smooth = self.smoothing if not self.use_probs else 0.0
+        return from_store(self.store, layer, idx, score, ready_ms, self.ctx.top_k, smooth)
+
     def _prediction(self, layer: int, idx: int, score: float, ready_ms: float):
-        """The delta-rule set of stored map `idx` at `layer`; None for a layer without tokens.
-        Without probs, the probabilities read from the count row (queue priority, eviction p,
-        expected use) are smoothed toward 1/E; the delta rule selects from the row itself."""
-        store = self.store
-        if store.mass[layer, idx, -1] <= 0:
-            return None
-        ids = store.select(layer, idx, score, self.ctx.top_k)
-        row = store.maps[layer, idx].copy()
-        if not self.use_probs and self.smoothing:  # the fallback's probability estimate
-            row = (1.0 - self.smoothing) * row + self.smoothing / self.ctx.num_experts
-        return _Prediction(layer, ready_ms, layer * self.ctx.num_experts + ids, row[ids], row,
-                           score)
+        return self._predictions(layer, [idx], [score], ready_ms)[0]
 
     def on_layer_routed(self, routing, now_ms):
-        it, layer, E = routing.iteration, routing.layer, self.ctx.num_experts
+        it, layer = routing.iteration, routing.layer
         if it.index != self.iter:
-            self.iter, self.traj = it.index, {}
+            self.iter, self.traj = it.index, None
             self.kind = PREFILL if it.kind == "prefill" else DECODE
         self.pos_now = pos = self.pos[self.kind][layer]
-        keys = layer * E + np.asarray(routing.experts)
-        self.freq[keys] += 1
         self.clock += 1
-        self.last_use[keys] = self.clock
-        self.visits[layer] += 1
-        self._rescore(keys)
+        self.scores.route(layer, routing.experts, self.clock)
         self._match_layer(routing, pos, now_ms)
         self._apply_usable(now_ms)
 
     def _match_layer(self, routing, pos: int, now_ms: float) -> None:
-        """Record the layer's rows of the members' maps; match trajectories for layer pos+d."""
-        it, layer, E = routing.iteration, routing.layer, self.ctx.num_experts
+        """Record the layer's rows of the members' maps; match trajectories for layer pos+d,
+        every member in one product."""
+        it, layer = routing.iteration, routing.layer
         active, target = self.active[self.kind], pos + self.d
         want_traj = target < len(active) and self.store.n > 0
         if not (want_traj or self.online_update):
             return
-        per_request = None if self.use_probs else routing.per_request()
-        for r, _ in it.members:
-            if self.use_probs:
-                q = routing.probs(r).astype(np.float32)
-            else:
-                ids = per_request[r]
-                q = (np.bincount(ids.ravel(), minlength=E) / max(ids.size, 1)).astype(
-                    np.float32)
-            if self.online_update:
+        members = it.members
+        queries = self._queries(routing, members)  # [m, E]
+        if self.online_update:
+            for (r, _), q in zip(members, queries):
                 self.requests[r]["maps"].append((layer, q))
-            if want_traj:
-                state = self.traj.get(r)
-                if state is None:
-                    state = self.traj[r] = TrajectoryState(self.store.n, self.kind)
-                idx, score = self.store.observe(state, pos, q)
-                self.stats["trajectory_matches"] += 1
-                x = self._prediction(active[target], idx, score, now_ms + self._match_ms())
-                if x is not None:
-                    self.pending.append(x)
-                    self.stats["predictions"] += 1
+        if not want_traj:
+            return
+        if self.traj is None:
+            self.traj = TrajectoryState(self.store.n, self.kind, len(members))
+        idx, score = self.store.observe_many(self.traj, pos, queries)
+        self.stats["trajectory_matches"] += len(members)
+        for x in self._predictions(active[target], idx, score, now_ms + self._match_ms()):
+            if x is not None:
+                self.pending.append(x)
+                self.stats["predictions"] += 1
+
+    def _queries(self, routing, members) -> np.ndarray:
+        """The members' rows of this layer [m, E]: router probabilities as float32 (float16
+        ones kept: float32 holds them exactly), else top-k count shares (float32)."""
+        if self.use_probs:
+            q = (routing.probs(members[0][0])[None] if len(members) == 1 else
+                 np.stack([routing.probs(r) for r, _ in members]))
+            return q if q.dtype == np.float16 else q.astype(np.float32)
+        per_request = routing.per_request()
+        return np.stack([(np.bincount(ids.ravel(), minlength=self.E) / max(ids.size, 1)
+                          ).astype(np.float32) for ids in (per_request[r] for r, _ in members)])
+
+    # ---- eviction scores (systems/fmoe_eviction.py) ---------------------------------------
+    @property
+    def vscore(self) -> np.ndarray:
+        """p * freq where resident, else inf [L*E]."""
+        return self.scores.vscore()
 
     def _rescore(self, keys) -> None:
-        self.victims.invalidate()
-        self.vscore[keys] = np.where(self.resident[keys], self.p[keys] * self.freq[keys],
-                                     np.inf)
+        """`keys` changed p, freq or last use (set from outside): their order now."""
+        self.scores.changed(keys)
+        self.scores.flush()
 
-    def _apply_usable(self, now_ms) -> list[_Prediction]:
+    def _apply_usable(self, now_ms) -> list[Prediction]:
         """Write the usable predictions for layers still ahead into the eviction p (and their
         protection); returns them. Run at every hook, so `prefetch: false` keeps the maps'
         eviction guidance and differs from `prefetch: true` only by the copies."""
-        pos, pos_now, E = self.pos[self.kind], self.pos_now, self.ctx.num_experts
+        pos, pos_now = self.pos[self.kind], self.pos_now
         self.pending = live = [x for x in self.pending if pos[x.layer] > pos_now]
         usable = [x for x in live if x.ready_ms <= now_ms]
-        for x in usable:
-            if not x.applied:  # eviction probabilities: max over this iteration's requests
-                x.applied = True
-                block = slice(x.layer * E, (x.layer + 1) * E)
-                if self.p_epoch[x.layer] == self.epoch:
-                    np.maximum(self.p[block], x.row, out=self.p[block])
-                else:
-                    self.p[block] = x.row
-                    self.p_epoch[x.layer] = self.epoch
-                self._rescore(block)
+        fresh = [x for x in usable if not x.applied]
+        if fresh:
+            self._apply_rows(fresh)
         if self.protect_prefetched:
             self._set_protect(usable)
         return usable
+
+    def _apply_rows(self, fresh: list[Prediction]) -> None:
+        """Eviction probabilities: per layer, the max over this epoch's predictions (the
+        first of an epoch replaces the layer's p). A layer's new rows are merged in one go:
+        max is exact, so the grouping does not matter."""
+        by_layer: dict[int, list[list[float]]] = {}
+        for x in fresh:
+            x.applied = True
+            by_layer.setdefault(x.layer, []).append(x.row)
+        for layer, rows in by_layer.items():
+            first = self.p_epoch[layer] != self.epoch
+            self.p_epoch[layer] = self.epoch
+            self.scores.set_p(layer, rows, first)
+
+    def _set_protect(self, usable: list[Prediction]) -> None:
+        """Protect the keys of the usable predictions (counted: requests may share keys)."""
+        if usable == self.protected:  # the same predictions (identity: no __eq__)
+            return
+        new, old = {id(x) for x in usable}, {id(x) for x in self.protected}
+        dropped = [k for x in self.protected if id(x) not in new for k in x.keys]
+        added = [k for x in usable if id(x) not in old for k in x.keys]
+        self.protected = usable
+        # counted with several requests (one request names a key in one prediction at most)
+        self.scores.protect(dropped, added, counted=self.ctx.max_batch > 1)
 
     def propose_prefetch(self, now_ms):
         """Usable predictions for layers still ahead, by p / (l - l_now), ties lowest key."""
         usable = self._apply_usable(now_ms)
         if not usable:
             return []
-        pos, pos_now = self.pos[self.kind], self.pos_now
-        keys = np.concatenate([x.keys for x in usable])
-        prio = np.concatenate([x.probs / (pos[x.layer] - pos_now) for x in usable])
-        if self.margin is not None:
-            self._expect(keys, usable)
-        order = np.lexsort((keys, -prio))  # priority descending, then lowest key
-        keys = keys[order]
-        if len(usable) > 1 and self.ctx.max_batch > 1:  # one key, several requests: best wins
-            _, first = np.unique(keys, return_index=True)
-            keys = keys[np.sort(first)]
-        return keys.tolist()
-
-    def _expect(self, keys: np.ndarray, usable: list[_Prediction]) -> None:
-        """Expected use of each proposed key in its predicted iteration: the match's score
-        times the map's share of top-k slots, min(1, k * p); the best over predictions."""
-        k = self.ctx.top_k
-        use = np.concatenate([max(x.score, 0.0) * np.minimum(1.0, k * x.probs)
-                              for x in usable])
-        self.expected = {}
-        for key, u in zip(keys.tolist(), use.tolist()):
-            if u > self.expected.get(key, -1.0):
-                self.expected[key] = u
+        self.expected_for = usable  # _admits reads their expected use
+        if self.ctx.max_batch == 1:
+            return proposal(usable, self.pos[self.kind], self.pos_now)
+        # several requests: predictions merged per layer; one key keeps its best place
+        self.grouped = groups(usable, self.grouped, self.ctx.top_k)
+        return merged_proposal(self.grouped, self.pos[self.kind], self.pos_now)
 
     def _admits(self, incoming: int, victim: int) -> bool:
         """A prefetch may evict only a victim whose use rate (accesses per visit of its layer)
         is below the incoming's expected use by at least the margin."""
-        rate = self.freq[victim] / max(int(self.visits[victim // self.ctx.num_experts]), 1)
-        return self.expected.get(incoming, 0.0) - rate >= self.margin
+        rate = self.freq[victim] / max(self.visits[victim // self.E], 1)
+        return self._expected(incoming) - rate >= self.margin
 
-    def _set_protect(self, usable: list[_Prediction]) -> None:
-        """Protect the keys of the usable predictions (counted: requests may share keys)."""
-        new, old = {id(x) for x in usable}, {id(x) for x in self.protected}
-        for x in self.protected:
-            if id(x) not in new:
-                self._protect(x.keys, -1)
-        for x in usable:
-            if id(x) not in old:
-                self._protect(x.keys, 1)
-        self.protected = usable
-
-    def _protect(self, keys: np.ndarray, delta: int) -> None:
-        self.victims.invalidate()
-        if self.ctx.max_batch == 1:  # one request: a key is named by one prediction at most
-            self.penalty[keys] = _PROTECTED_TIER if delta > 0 else 0.0
-            return
-        self.protect_cnt[keys] += delta
-        self.penalty[keys] = (self.protect_cnt[keys] > 0) * _PROTECTED_TIER
+    def _expected(self, key: int) -> float:
+        """expected_use of `key` over the predictions of the last proposal (0: none names
+        it): per prediction (one request), else from the layer's merged group."""
+        if self.ctx.max_batch > 1:
+            g = self.grouped.get(key // self.E)
+            return 0.0 if g is None else g.use.get(key, 0.0)
+        best = 0.0
+        for x in self.expected_for:
+            u = x.use(self.ctx.top_k).get(key)
+            if u is not None and u > best:
+                best = u
+        return best
 
     def on_load(self, key, demand, now_ms):
-        self.resident[key] = True
-        self.vscore[key] = self.p[key] * self.freq[key]
-        self.victims.update(key, float(self.vscore[key] + self.penalty[key]),
-                            int(self.last_use[key]))
+        self.scores.load(key)
 
     def choose_victim(self, candidates, incoming, demand, now_ms):
         """Lowest p * freq (eviction priority 1 / (p * freq)), ties to the least recently used
@@ -305,17 +299,17 @@ class FMoE(System):
         admission (`_admits`) is declined."""
         if not candidates.full:
             return None
-        entries = self.victims.get(self.vscore, self.penalty, self.last_use)
+        entries = self.scores.order()  # the kept prefix, edited for the changes so far
         key = None
         while key is None:
             for low, _, k in entries:
-                if low == np.inf or (not demand and low >= _PROTECTED_TIER):
+                if low == math.inf or (not demand and low >= PROTECTED_TIER):
                     return None
                 if k in candidates:
                     key = k
                     break
             else:  # every key of the kept prefix is busy: a longer one
-                entries = self.victims.deepen(self.vscore, self.penalty, self.last_use)
+                entries = self.scores.order(deeper=True)
                 if entries is None:
                     return None  # every key busy
         if not demand and self.margin is not None and not self._admits(incoming, key):
@@ -325,9 +319,7 @@ class FMoE(System):
         return key
 
     def on_evict(self, key, now_ms):
-        self.resident[key] = False
-        self.vscore[key] = np.inf
-        self.victims.update(key, np.inf, int(self.last_use[key]))
+        self.scores.evict(key)
 
     def on_step_end(self, iteration, now_ms):
         """Predict the next decode step's first d layers for the requests that continue."""

@@ -1,52 +1,62 @@
-"""fMoE's eviction order kept between score changes (systems/fmoe.py).
+"""fMoE's eviction order kept between score changes (systems/fmoe.py, fmoe_eviction.py).
 
 choose_victim takes the resident key lowest in (score, last use, key) that the engine lets it
 evict, skipping the others. Rebuilding that order from the [L*E] scores costs a few numpy
-passes per question; the engine asks several questions between score changes, and in between
-only single keys load or leave. VictimOrder holds the exact lowest few entries of the order
-(a prefix: every key outside it ranks after all of it), built once after a change and edited
-on each load and eviction.
+passes; the engine asks several questions per MoE layer, and scores change by a few keys (a
+layer's routed experts, a load, an eviction, a protection) or one layer's block (a new
+prediction's probabilities). VictimOrder holds the exact lowest entries of the order (a
+prefix: every key outside it ranks after all of it), built once and edited on each change:
+
+- a changed key leaves the prefix; the rest is still the exact lowest of the unchanged keys;
+- it re-enters iff its new entry ranks before the last kept one (else it ranks after all).
+
+So edits only shrink the prefix (and cut it back to KEEP entries); it is rebuilt when empty,
+or deeper when every key in it was busy.
 """
 
 from __future__ import annotations
 
 import bisect
-import math
 
 import numpy as np
 
-DEPTH = 16  # entries built first; deepen() builds 4x as many when all of them were busy
+DEPTH = 32  # entries built first; deepen() builds 4x as many when all of them were busy
+KEEP = 48  # edits cut a longer prefix back to this (each edit scans the kept entries), unless
+# it was deepened: a cache whose lowest keys are mostly busy needs the longer one each time
 _SORT_IN_PYTHON = 64  # at most this many candidates: python's sort, else lexsort
 
 
 class VictimOrder:
     """The prefix [(score, last_use, key), ...] ascending of a score vector's order, or None
-    (rebuild). Scores are python floats equal to the array's, so comparisons match numpy's."""
+    (rebuild). Scores are python floats equal to the array's, so comparisons match numpy's.
+    `arrays`: a callable giving (score [n], last_use [n]) numpy arrays, for a rebuild."""
 
     def __init__(self):
         self.entries: list[tuple[float, int, int]] | None = None
+        self.keep = KEEP  # edits cut the prefix back to this; a deepened one keeps its length
 
     def invalidate(self) -> None:
         self.entries = None
 
-    def get(self, vscore: np.ndarray, penalty: np.ndarray, last_use: np.ndarray):
-        """The prefix for score = vscore + penalty [L*E] and `last_use` [L*E], built if
-        invalid."""
+    def get(self, arrays):
+        """The prefix, built if invalid."""
         if self.entries is None:
-            self.entries = lowest_entries(vscore + penalty, last_use, DEPTH)
+            self.entries, self.keep = lowest_entries(*arrays(), DEPTH), KEEP
         return self.entries
 
-    def deepen(self, vscore: np.ndarray, penalty: np.ndarray, last_use: np.ndarray):
+    def deepen(self, arrays):
         """A longer prefix (4x the kept one), for when every key of it was busy; None if the
         kept one already holds every key."""
-        if self.entries is not None and len(self.entries) >= len(vscore):
+        score, last_use = arrays()
+        if self.entries is not None and len(self.entries) >= len(score):
             return None
         depth = 4 * max(len(self.entries or ()), DEPTH)
-        self.entries = lowest_entries(vscore + penalty, last_use, depth)
+        self.entries = lowest_entries(score, last_use, depth)
+        self.keep = max(KEEP, len(self.entries))
         return self.entries
 
     def update(self, key: int, score: float, last_use: int) -> None:
-        """`key`'s score changed to `score` (a load, or inf for an eviction)."""
+        """`key`'s entry changed to (score, last_use) (a load, or inf for an eviction)."""
         entries = self.entries
         if entries is None:
             return
@@ -54,12 +64,29 @@ class VictimOrder:
             if e[2] == key:
                 del entries[i]
                 break
-        if not entries or entries[-1][0] == math.inf:
-            self.entries = None  # the prefix may end among the unordered inf keys
+        if self._ends(entries):
             return
         new = (score, last_use, key)
         if new < entries[-1]:  # inside the prefix; otherwise every key in it ranks first
             bisect.insort(entries, new)
+            del entries[self.keep:]
+
+    def reenter(self, kept: list, new: list) -> None:
+        """The prefix is now `kept` (the old one less every changed key, not empty); each
+        changed key's new entry of `new` re-enters iff it ranks before the last kept one."""
+        self.entries, last = kept, kept[-1]
+        for e in new:
+            if e < last:
+                bisect.insort(kept, e)
+        del kept[self.keep:]  # a shorter prefix is still exact
+
+    def _ends(self, entries: list) -> bool:
+        """True (and the prefix dropped) when it is empty. (Entries of inf, non-resident,
+        keys are edited like the others: their last uses are reported too.)"""
+        if not entries:
+            self.entries = None
+            return True
+        return False
 
 
 def lowest_entries(score: np.ndarray, last_use: np.ndarray, depth: int):

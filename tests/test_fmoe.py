@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 from helpers import EvictableSet, FixedBackend, meta_for, tiny_model
 
+from core.numerics import on_grid
 from core.trace import trace_from_routing
 from core.view import SystemContext
 from harness.runner.config import compose_config
@@ -25,8 +26,11 @@ from systems.expert_maps import (
     ExpertMapStore,
     TrajectoryState,
     select_experts,
+    unit,
 )
-from systems.fmoe import FMoE, _Prediction, _topk_maps
+from systems.expert_maps_trajectory import SMALL_STORE
+from systems.fmoe import FMoE, _topk_maps
+from systems.fmoe_predictions import Prediction
 from systems.on_demand import OnDemand
 
 ROW = np.array([0.5, 0.25, 0.125, 0.125])  # exact in binary: sums below are exact
@@ -119,6 +123,83 @@ def test_trajectory_cosine_is_over_the_observed_prefix():
     assert [layer for layer, _, _ in out] == [2, 3]
 
 
+# ---- float32 filters: the matches and replacements of float64 products ----------------------
+def _near_tie_maps(rng, n, L, E, base):
+    """n maps [n, L, E] (float32, on the 2**-24 grid): among the first `base`, pairs one grid
+    step apart (near ties, far below float32's rounding of a product); after them, exact
+    repeats of earlier maps (ties: the first row wins)."""
+    maps = rng.dirichlet(np.full(E, 0.5), size=(n, L)).astype(np.float16).astype(np.float32)
+    maps[1:base:2] = maps[0:base - 1:2]
+    maps[1:base:2, :, 0] += 2.0 ** -24
+    maps[base:] = maps[rng.integers(0, base, n - base)]
+    return maps
+
+
+@pytest.mark.parametrize("half", [True, False])
+def test_trajectory_filter_matches_float64_products(half):
+    # A large store (float32 filter): every step's map and cosine equal those of float64
+    # dot products over the prefix (argmax: the first on ties), alone and in a batch.
+    rng = np.random.default_rng(7)
+    L, E, n = 4, 8, 300
+    assert n > SMALL_STORE
+    maps = _near_tie_maps(rng, n, L, E, 200)
+    store = ExpertMapStore(n, L, E, 1)
+    store.add(maps, None, np.zeros(n, bool), np.ones(n, np.int8))
+    queries = [maps[i] for i in range(0, 40, 2)] + [maps[i] for i in range(250, 260)]
+    queries += [rng.dirichlet(np.ones(E), size=L).astype(np.float32) for _ in range(3)]
+    if half:
+        queries = [q.astype(np.float16) for q in queries]
+    batch = TrajectoryState(n, DECODE, len(queries))
+    singles = [TrajectoryState(n, DECODE) for _ in queries]
+    flat = on_grid(maps.astype(np.float64), 24)  # [n, L, E]
+    for pos in range(L):
+        got = store.observe_many(batch, pos, np.stack([q[pos] for q in queries]))
+        for i, q in enumerate(queries):
+            qg = on_grid(q[:pos + 1].astype(np.float64), 24)
+            dots = np.einsum("nle,le->n", flat[:, :pos + 1], qg)
+            c = dots * store.inv_prefix[DECODE][pos, :n]
+            want = (int(np.argmax(c)), float(c.max() / np.sqrt(np.square(qg).sum())))
+            assert store.observe(singles[i], pos, q[pos]) == want
+            assert (got[0][i], got[1][i]) == want
+
+
+def _reference_store(maps, embs, has, capacity, d):
+    """The plain rule, one map at a time with float64 products: the first row of largest
+    RDY = w sem + (1 - w) traj (traj alone unless both have an embedding)."""
+    B, L, E = maps.shape
+    w, rows = d / L, []  # rows: [flat, emb, has, map]
+    replaced = 0
+    for i in range(B):
+        f = unit(on_grid(maps[i].astype(np.float64), 24).reshape(-1))
+        e = unit(np.where(has[i], embs[i].astype(np.float32), 0))
+        if len(rows) < capacity:
+            rows.append(None)
+            idx = len(rows) - 1
+        else:
+            t = np.array([f @ r[0] for r in rows])
+            s = np.array([e @ r[1] for r in rows])
+            both = has[i] & np.array([r[2] for r in rows])
+            idx = int(np.argmax(np.where(both, w * s + (1 - w) * t, t)))
+            replaced += 1
+        rows[idx] = (f, e, bool(has[i]), maps[i])
+    return np.stack([r[3] for r in rows]), replaced
+
+
+def test_replacement_filter_matches_float64_products():
+    # Requests share an embedding (runs of equal rows), some maps repeat exactly: the store
+    # keeps what the float64 rule keeps, in the same rows.
+    rng = np.random.default_rng(11)
+    L, E, n, cap = 3, 8, 500, 150
+    maps = _near_tie_maps(rng, n, L, E, cap)
+    embs = np.repeat(rng.standard_normal((n // 10, 6)), 10, axis=0).astype(np.float16)
+    has = np.repeat(rng.random(n // 10) < 0.8, 10)
+    store = ExpertMapStore(cap, L, E, 1)
+    store.add(maps, embs, has, np.ones(n, np.int8), chunk=64)
+    want, replaced = _reference_store(maps, embs, has, cap, 1)
+    assert store.replaced == replaced
+    assert np.array_equal(store.maps.transpose(1, 0, 2), want.astype(np.float64))
+
+
 # ---- priorities ---------------------------------------------------------------------------
 def _bound(E=4, L=4, max_batch=1, **kw):
     system = FMoE(match_us_per_map=0.0, **kw)
@@ -132,7 +213,7 @@ def _pred(layer, probs: dict, E=4):
     row = np.zeros(E)
     row[list(probs)] = list(probs.values())
     ids = np.array(list(probs))
-    return _Prediction(layer, 0.0, layer * E + ids, row[ids], row)
+    return Prediction(layer, 0.0, layer * E + ids, row[ids], row)
 
 
 def test_prefetch_priority_is_probability_over_layer_distance():
@@ -149,7 +230,7 @@ def test_batch_merge_keeps_each_key_at_its_best_priority():
     s.pending = [_pred(1, {0: 0.2, 1: 0.3}), _pred(1, {0: 0.6}), _pred(2, {2: 0.5})]
     # key 4: max(0.2, 0.6)/1 = 0.6; key 5: 0.3; key 10: 0.5/2 = 0.25.
     assert s.propose_prefetch(0.0) == [4, 5, 10]
-    assert s.p[4:8].tolist() == [0.6, 0.3, 0.0, 0.0]  # eviction p: max over requests
+    assert s.p[4:8] == [0.6, 0.3, 0.0, 0.0]  # eviction p: max over requests
 
 
 def test_eviction_takes_the_lowest_p_times_freq():

@@ -4,6 +4,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 from helpers import EvictableSet, FixedBackend, random_trace, tiny_model
@@ -12,7 +14,9 @@ from core.knobs import KnobError
 from core.view import SystemContext
 from harness.sim.engine import Engine
 from systems.expert_maps import DECODE
-from systems.fmoe import FMoE, _Prediction
+from systems.fmoe import FMoE
+from systems.fmoe_eviction import EvictionScores
+from systems.fmoe_predictions import Prediction
 
 
 def _bound(fields=("probs",), top_k=1, E=4, L=2, **kw):
@@ -45,7 +49,7 @@ def test_fallback_orders_every_resident_without_probs():
     s.kind, s.pos_now = DECODE, 0
     s.pending = [s._prediction(1, 0, 1.0, 0.0)]
     s.propose_prefetch(0.0)
-    assert s.p.tolist() == [0.25] * 4 + [0.375, 0.375, 0.125, 0.125]
+    assert s.p == [0.25] * 4 + [0.375, 0.375, 0.125, 0.125]
     for key in range(8):
         s.on_load(key, True, 0.0)
     s.freq[:] = [1, 2, 1, 4, 2, 1, 2, 8]
@@ -90,7 +94,7 @@ def _admission_case(margin):
     s = _bound(top_k=2, admission_margin=margin)
     row = np.array([0.375, 0.125, 0.25, 0.25])
     s.kind, s.pos_now = DECODE, 0
-    s.pending = [_Prediction(1, 0.0, np.array([4, 5]), row[:2], row, 0.75)]
+    s.pending = [Prediction(1, 0.0, np.array([4, 5]), row[:2], row, 0.75)]
     assert s.propose_prefetch(0.0) == [4, 5]
     s.on_load(1, True, 0.0)
     s.freq[1], s.visits[0] = 3, 8
@@ -135,6 +139,37 @@ def test_without_prefetch_the_maps_still_guide_eviction():
         assert not np.allclose(system.p, 1 / 6)  # predictions were applied
     for col in ("key", "kind", "issue_ms", "evict_ms"):
         assert np.array_equal(tables[0][col], tables[1][col], equal_nan=True), col
+
+
+@pytest.mark.parametrize("counted", [False, True])
+def test_edited_victim_order_is_the_sorted_order(counted):
+    # The kept prefix of the victim order, edited per change (uses, new probabilities,
+    # protections, loads, evictions), is always the start of the fully sorted order.
+    rng = np.random.default_rng(3 + counted)
+    L, E = 4, 8
+    sc = EvictionScores(L, E)
+
+    def full():
+        score = [(sc.p[k] * sc.freq[k] if sc.resident[k] else math.inf) + sc.penalty[k]
+                 for k in range(L * E)]
+        return sorted(zip(score, sc.last_use, range(L * E)))
+
+    for step in range(3000):
+        op, layer = rng.integers(5), int(rng.integers(L))
+        keys = rng.choice(L * E, rng.integers(1, 6), replace=False).tolist()
+        if op == 0:
+            sc.route(layer, rng.choice(E, 3, replace=False).tolist(), step + 1)
+        elif op == 1:
+            rows = [rng.choice([0.0, 0.25, 0.5, 1.0], E).tolist()
+                    for _ in range(rng.integers(1, 4))]
+            sc.set_p(layer, rows, bool(rng.integers(2)))
+        elif op == 2:
+            sc.protect(keys[:2], keys[2:], counted)
+        else:
+            (sc.load if op == 3 else sc.evict)(keys[0])
+        if step % 3 == 0:
+            prefix = sc.order(deeper=step % 300 == 0) or sc.order()
+            assert prefix == full()[:len(prefix)], step
 
 
 @pytest.mark.parametrize("kw,name", [({"admission_margin": -0.1}, "admission_margin"),
