@@ -167,16 +167,49 @@ def test_recovery_by_hand():
         recovery([10] * 9)
 
 
+def _shift_row(model, seed, history, after, tpots, learn=True):
+    cfg = {"seed": seed, "system": {"learn_online": learn},
+           "workload": {"calibration_tasks": history, "task_order": [after]}}
+    return _row(model=model, request_tpot_ms=tpots, _result={"config": cfg, "memory": {}})
+
+
 def test_workload_shift_table_and_claims():
     ramp, flat = [13, 12, 11, 10, 10, 10, 10, 10, 10, 10], [10.0] * 10
-    runs = pd.DataFrame([_row(model="mixtral_8x7b", seed=0, request_tpot_ms=ramp),
-                         _row(model="mixtral_8x7b", seed=1, request_tpot_ms=flat)])
+    runs = pd.DataFrame([_shift_row("mixtral_8x7b", 1, "mmlu", "mmlu", flat),
+                         _shift_row("mixtral_8x7b", 0, "mmlu", "mmlu", ramp),
+                         _shift_row("mixtral_8x7b", 0, "bigbench", "mmlu", flat),
+                         _shift_row("mixtral_8x7b", 0, "mmlu", "mmlu", [11.0] * 10, False),
+                         _shift_row("nllb_moe_54b", 0, "mmlu", "flan", flat)])  # no workload
     rows, tab = _claims(workload_shift.EXPERIMENT, runs)
-    mix = tab[tab["model"] == "mixtral_8x7b"].iloc[0]
+    at = tab.set_index(["model", "workload"])
+    mix = at.loc[("mixtral_8x7b", "MMLU tasks")]
     assert (mix["streams"], mix["recover_min"], mix["recover_max"]) == (2, 0, 3)
-    assert mix["recover_mean"] == pytest.approx(1.5)
-    assert mix["first_window_excess_share"] == pytest.approx(0.06)
-    assert mix["paper_mmlu_to_bigbench"] == "0-27-42"
-    assert tab[tab["model"] == "arctic"].iloc[0]["streams"] == 0
-    assert len(rows) == 4 and all(c.verdict == "not expressible" for c in rows.values())
-    assert rows["workload_shift.bigbench_to_mmlu"].paper.startswith("nllb_moe_54b 3-11-24")
+    assert mix["recover_mean"] == pytest.approx(1.5) and mix["paper_recover"] == "0-9-49"
+    assert mix["first_window_excess_share"] == pytest.approx(0.06)  # (0.12 + 0) / 2
+    assert mix["first_request_excess_share"] == pytest.approx(0.15)  # (13 / 10 - 1 + 0) / 2
+    assert mix["tpot_mean_ms"] == pytest.approx((10.6 + 10.0) / 2)
+    assert (mix["history"], mix["after_shift"]) == ("mmlu", "mmlu")
+    assert at.loc[("mixtral_8x7b", "BIG-bench -> MMLU"), "streams"] == 1
+    assert at.loc[("mixtral_8x7b", "MMLU -> BIG-bench"), "paper_recover"] == "0-27-42"
+    ref = at.loc[("mixtral_8x7b", workload_shift.REFERENCE)]
+    assert ref["streams"] == 1 and ref["paper_recover"] == ""
+    assert at.loc[("arctic", "MMLU tasks"), "streams"] == 0
+    assert at.loc[("nllb_moe_54b", "MMLU tasks"), "streams"] == 0  # the flan run is no row
+    assert (("arctic", workload_shift.REFERENCE)) not in at.index
+    assert len(rows) == 12
+    c = rows["workload_shift.mixtral_8x7b.mmlu_tasks"]
+    # paper 1 + 9 = 10, ours 1 + 1.5 = 2.5: a factor 4 apart, both above 1
+    assert (c.paper, c.ours, c.verdict) == (10.0, 2.5, "direction only")
+    # paired with the reference's seed 0 (11 ms): the ramp (mean 10.6) and the flat BIG-bench
+    # -> MMLU stream (10); seed 1 has no reference
+    assert mix["vs_reference_share"] == pytest.approx(10.6 / 11 - 1)
+    bm = at.loc[("mixtral_8x7b", "BIG-bench -> MMLU"), "vs_reference_share"]
+    assert bm == pytest.approx(10 / 11 - 1)
+    assert pd.isna(at.loc[("mixtral_8x7b", "MMLU -> BIG-bench"), "vs_reference_share"])
+    assert "2 stream(s) of 10 requests" in c.note
+    assert f"TPOT is {(10.6 / 11 + 10 / 11) / 2 - 1:+.1%} against" in c.note  # -6.4%
+    flat_row = rows["workload_shift.mixtral_8x7b.bigbench_to_mmlu"]
+    assert flat_row.ours == 1.0 and flat_row.verdict == "not reproduced"  # no change
+    gone = rows["workload_shift.arctic.mmlu_to_bigbench"]
+    assert gone.ours is None and gone.verdict == "not expressible"
+    assert rows["workload_shift.nllb_moe_54b.mmlu_tasks"].paper == 15.0

@@ -23,6 +23,15 @@ adds nothing to the trace meta. Otherwise (docs/serving.md):
 
 Prompts are split in two halves for the measure and calibration splits: within each task,
 even positions of the loaded order go to "measure", odd ones to "calibration" (disjoint).
+
+Task shifts (TaskShiftConfig, `workload._target_: workloads.requests.TaskShiftConfig`;
+docs/routing.md, "Task shifts"): `task_order` (datasets, in order) and `task_block` (requests
+per task) serve the measure split task by task: request i takes task T[(i // task_block) %
+len(T)], T = the tasks of task_order's datasets, dataset by dataset (all datasets when null),
+each dataset's tasks in mix (or loaded) order. `calibration_tasks` restricts the calibration
+split to those datasets' tasks (synthetic tasks: round-robin, each dataset's last task first;
+prompts: those datasets' calibration prompts). A task keeps its index into the whole task
+list, so it has the same routing preference in every split. The spec-fit split never changes.
 """
 
 from __future__ import annotations
@@ -37,6 +46,8 @@ from core.numerics import on_grid, standard_normal
 from core.rng import stream
 from workloads.arrivals import ArrivalError, make_arrivals
 from workloads.lengths import request_lengths
+from workloads.synthetic import SyntheticConfig
+from workloads.tasks import dataset_task_order, prompts_in_blocks, task_blocks
 
 PROMPT_KEYS = {"dataset", "path", "tasks", "per_task", "num", "coupling", "lengths", "tokenizer",
                "embedder", "allow_download", "cache_dir"}
@@ -45,6 +56,27 @@ PROMPT_KEYS = {"dataset", "path", "tasks", "per_task", "num", "coupling", "lengt
 # best c in [0, 1] is the bound, and still gives half the real slope.
 DEFAULT_COUPLING = 1.0
 DEFAULT_EMBEDDER = "all-MiniLM-L6-v2"
+
+
+@dataclass
+class TaskShiftConfig(SyntheticConfig):
+    """SyntheticConfig with the task-shift options (recorded in trace meta['generator'] with
+    the other knobs). At their defaults the requests are SyntheticConfig's."""
+
+    task_order: list | None = None  # datasets whose tasks the measure split serves, in order
+    task_block: int = 1  # consecutive measured requests per task
+    calibration_tasks: list | str | None = None  # datasets of the calibration split's tasks
+
+
+def _shift(cfg) -> tuple[list | None, int]:
+    """(datasets, requests per task) of this split's task shift, (None, 1) for none: the
+    measure split takes task_order and task_block, the calibration split calibration_tasks."""
+    if cfg.split == "measure":
+        return getattr(cfg, "task_order", None), int(getattr(cfg, "task_block", 1))
+    if cfg.split == "calibration":
+        given = getattr(cfg, "calibration_tasks", None)
+        return ([given] if isinstance(given, str) else given), 1
+    return None, 1
 
 
 @dataclass
@@ -124,6 +156,17 @@ def _split(prompts: list, split: str) -> list:
     return out
 
 
+def _of_datasets(pool: list, datasets: list, every: list, split: str) -> list:
+    """The prompts of `pool` from `datasets`; a dataset that was not loaded is an error."""
+    key = "task_order" if split == "measure" else "calibration_tasks"
+    loaded = list(dict.fromkeys(p.dataset for p in every))
+    for d in datasets:
+        if d not in loaded:
+            raise ArrivalError(f"workload.{key}: {d!r} is not a loaded dataset "
+                               f"({', '.join(loaded)}; workload.prompts.dataset)")
+    return [p for p in pool if p.dataset in datasets]
+
+
 def plan_requests(cfg, model) -> RequestPlan:
     """Per-request inputs for SyntheticConfig `cfg`; meta is empty on the default path."""
     arr_spec, pr_spec = cfg.arrivals, cfg.prompts
@@ -145,7 +188,15 @@ def plan_requests(cfg, model) -> RequestPlan:
         from workloads.tasks import task_mix  # the synthetic mix, as the default path
 
         mix = task_mix([tuple(t) for t in cfg.tasks])
-        task_index = np.arange(n) % len(mix)
+        datasets, block = _shift(cfg)
+        if datasets is None and block == 1:  # the default: round-robin over the whole mix
+            task_index = np.arange(n) % len(mix)
+        else:
+            # the calibration takes each dataset's tasks last first: a history of C requests
+            # and a measured stream of m tasks of one dataset share none while C + m <= its tasks
+            order = dataset_task_order(datasets or [str(t[0]) for t in cfg.tasks],
+                                       [d for d, _ in mix], cfg.split == "calibration")
+            task_index = np.array(task_blocks(order, n, block), np.int64)
         seen: dict[int, int] = {}
         ids = []
         for j in task_index.tolist():
@@ -184,11 +235,18 @@ def _prompt_plan(cfg, model, spec, coupling, n, arrival_ms, prompt_len, output_l
     every, prov = _load(spec, int(cfg.seed))
     task_names = list(dict.fromkeys(p.task for p in every))  # both splits share task prefs
     pool = _split(every, cfg.split)
+    datasets, block = _shift(cfg)
+    if datasets is not None:
+        pool = _of_datasets(pool, datasets, every, cfg.split)
     if not pool:
         raise ArrivalError(f"workload.prompts: no prompts left for split {cfg.split!r} "
                            f"(each task's odd positions calibrate; raise per_task)")
     order = stream(int(cfg.seed), f"prompts/{cfg.split}/order").permutation(len(pool))
-    chosen = [pool[int(order[i % len(pool)])] for i in range(n)]  # cycles when n > pool
+    if cfg.split == "measure" and (datasets is not None or block > 1):
+        chosen = prompts_in_blocks([pool[int(i)] for i in order], every, datasets, block,
+                                   n)
+    else:
+        chosen = [pool[int(order[i % len(pool)])] for i in range(n)]  # cycles when n > pool
     from workloads.embed import load_embedder
 
     embedder = load_embedder(spec.get("embedder") or DEFAULT_EMBEDDER)

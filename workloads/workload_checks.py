@@ -53,3 +53,35 @@ def check_fields(cfg) -> None:
         if getattr(cfg, name) not in allowed:
             raise WorkloadError(f"workload.{name}: must be one of {', '.join(allowed)}, got "
                                 f"{getattr(cfg, name)!r}")
+    check_task_options(cfg)
+
+
+def dataset_list(value, key: str, *, null: bool = True) -> list[str] | None:
+    """A non-empty list of distinct dataset slugs (a lone slug is a list of one); None where
+    `null` allows it. Messages start with `key`."""
+    if value is None and null:
+        return None
+    items = [value] if isinstance(value, str) else value
+    if (not isinstance(items, (list, tuple)) or not items
+            or not all(isinstance(d, str) and d and "/" not in d for d in items)):
+        raise WorkloadError(f"{key}: must be a dataset name or a non-empty list of them"
+                            f"{' or null' if null else ''}, got {value!r}")
+    if len(set(items)) != len(items):
+        raise WorkloadError(f"{key}: a dataset is listed twice in {list(items)!r}")
+    return list(items)
+
+
+def check_task_options(cfg) -> None:
+    """The task-shift options of workloads.requests.TaskShiftConfig (absent from a plain
+    SyntheticConfig: nothing to check). With synthetic tasks (no `prompts`) every dataset
+    named must be one of workload.tasks; with prompts the loaded datasets are checked when
+    they are loaded (workloads/requests.py)."""
+    if not hasattr(cfg, "task_block"):
+        return
+    integer(cfg.task_block, "workload.task_block", lo=1, error=WorkloadError)
+    known = None if cfg.prompts is not None else [str(t[0]) for t in cfg.tasks]
+    for key in ("task_order", "calibration_tasks"):
+        for d in dataset_list(getattr(cfg, key), f"workload.{key}") or ():
+            if known is not None and d not in known:
+                raise WorkloadError(f"workload.{key}: {d!r} is not a dataset of workload.tasks "
+                                    f"({', '.join(known)})")
