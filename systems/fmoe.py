@@ -62,6 +62,7 @@ class FMoE(System):
                  match_us_per_map: float = 0.05, online_update: bool = True,
                  semantic_same_kind: bool = True, protect_prefetched: bool = True,
                  admission_margin: float | None = 0.4, count_smoothing: float = 0.25,
+                 semantic_matching: bool = True, delta_rule: bool = True,
                  prefetch: bool = True):
         super().__init__(prefetch)  # false: maps still set eviction priorities, no copies
         self.d = int_knob(prefetch_distance, "prefetch_distance", lo=1)
@@ -73,6 +74,11 @@ class FMoE(System):
         self.margin = float_knob(admission_margin, "admission_margin", lo=0.0,
                                  null="off: every prefetch may evict, the paper's rule")
         self.smoothing = float_knob(count_smoothing, "count_smoothing", lo=0.0, hi=1.0)
+        # ablations (fmoe_ablation): false = no semantic matches (every request runs
+        # trajectory-only; embeddings still join the store), false = a prediction takes the
+        # matched row's top-k experts instead of the delta rule
+        self.semantic_matching = bool_knob(semantic_matching, "semantic_matching")
+        self.delta_rule = bool_knob(delta_rule, "delta_rule")
 
     def bind(self, ctx):
         super().bind(ctx)
@@ -134,7 +140,7 @@ class FMoE(System):
         self.stats["requests_without_embedding"] += emb is None
         state = {"info": request, "maps": [], "emb": emb, "sem": {}}
         self.requests[request.index] = state
-        if emb is None or self.store.n == 0:
+        if emb is None or self.store.n == 0 or not self.semantic_matching:
             return
         # Both kinds' semantic matches are issued now, one after the other on the matcher.
         for i, kind in enumerate((PREFILL, DECODE)):
@@ -158,7 +164,8 @@ class FMoE(System):
         probs, the probabilities read from the count rows (queue priority, eviction p,
         expected use) are smoothed toward 1/E (the delta rule selects from the rows)."""
         smooth = self.smoothing if not self.use_probs else 0.0
-        return from_store(self.store, layer, idx, score, ready_ms, self.ctx.top_k, smooth)
+        return from_store(self.store, layer, idx, score, ready_ms, self.ctx.top_k, smooth,
+                          self.delta_rule)
 
     def _prediction(self, layer: int, idx: int, score: float, ready_ms: float):
         return self._predictions(layer, [idx], [score], ready_ms)[0]
@@ -359,13 +366,15 @@ class FMoE(System):
                     "online_update": self.online_update,
                     "semantic_same_kind": self.semantic_same_kind,
                     "protect_prefetched": self.protect_prefetched,
-                    "admission_margin": self.margin, "count_smoothing": self.smoothing})
+                    "admission_margin": self.margin, "count_smoothing": self.smoothing,
+                    "delta_rule": self.delta_rule})
         if hasattr(self, "store"):
             s = self.stats
             out.update(s)
             out["map_source"] = "probs" if self.use_probs else "topk_counts (no probs)"
             out["semantic_matching"] = (
-                "off: no request had an embedding (trajectory-only)"
+                "off: semantic_matching=false (trajectory-only)" if not self.semantic_matching
+                else "off: no request had an embedding (trajectory-only)"
                 if s["requests"] and s["requests_without_embedding"] == s["requests"] else
                 f"on ({s['requests_without_embedding']} requests without an embedding ran "
                 "trajectory-only)")

@@ -44,14 +44,16 @@ def _list(x) -> list:
 
 
 def from_store(store, layer: int, idx: list[int], score: list[float], ready_ms: float,
-               top_k: int, smooth: float) -> list[Prediction | None]:
+               top_k: int, smooth: float, delta: bool = True) -> list[Prediction | None]:
     """The delta-rule predictions of stored maps idx [m] at `layer` for matches scoring
     `score` [m]; None for a map whose layer had no tokens. smooth: the weight moved toward 1/E
-    in the probabilities read from the rows (0: as stored). The rows are copied (lists): the
-    store may replace them while a prediction waits."""
+    in the probabilities read from the rows (0: as stored). delta=False: each row's top-k
+    (the rule at score 1; the prediction keeps the match's score). The rows are copied
+    (lists): the store may replace them while a prediction waits."""
     one = len(idx) == 1
-    ids = ([store.delta_ids(layer, idx[0], score[0], top_k)] if one else
-           store.delta_ids_many(layer, idx, score, top_k))
+    pick = score if delta else [1.0] * len(idx)
+    ids = ([store.delta_ids(layer, idx[0], pick[0], top_k)] if one else
+           store.delta_ids_many(layer, idx, pick, top_k))
     rows = store.maps[layer, idx[0]][None] if one else store.maps[layer, idx]  # [m, E]
     if smooth:
         rows = (1.0 - smooth) * rows + smooth / store.E

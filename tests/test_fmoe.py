@@ -381,3 +381,32 @@ def test_encoder_decoder_model_runs(tmp_path):
     result = run_config(cfg)
     assert result["status"] == "valid", result["reason"]
     assert result["system"]["trajectory_matches"] > 0
+
+
+def test_ablation_switches():
+    """delta_rule=false: a prediction is the matched row's top-k (here 1 expert, where the
+    rule at score 0.2 takes 3), keeping the match's score; semantic_matching=false: no
+    semantic match is made (prompt embeddings still join the store)."""
+    from systems.fmoe_predictions import from_store
+
+    store = ExpertMapStore(1, 1, 4, 1)
+    store.add(ROW[None, None, :], None, np.zeros(1, bool), np.zeros(1, np.int8))
+    (rule,) = from_store(store, 0, [0], [0.2], 0.0, 1, 0.0)
+    (top,) = from_store(store, 0, [0], [0.2], 0.0, 1, 0.0, delta=False)
+    assert rule.keys == [0, 1, 2] and top.keys == [0] and top.score == 0.2
+    from core.knobs import KnobError
+
+    with pytest.raises(KnobError, match="delta_rule"):
+        FMoE(delta_rule="yes")
+    assert FMoE(semantic_matching=False).describe()["delta_rule"] is True
+
+
+def test_semantic_matching_off_makes_no_semantic_match(tmp_path):
+    base = ["experiment=table1", "system=fmoe", "workload.num_requests=3",
+            "workload.prompt_len=16", "workload.output_len=3", "calibration_requests=3",
+            "progress=false", "trace_cache_dir=null"]
+    on = run_config(compose_config(base, results_dir=str(tmp_path / "on")))["system"]
+    off = run_config(compose_config([*base, "system.semantic_matching=false"],
+                                    results_dir=str(tmp_path / "off")))["system"]
+    assert on["semantic_matches"] > 0 and off["semantic_matches"] == 0
+    assert off["semantic_matching"].startswith("off: semantic_matching=false")

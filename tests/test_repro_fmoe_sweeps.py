@@ -153,22 +153,27 @@ def _ablation_frame():
             for (ev, pf), h in {("lru", "none"): 0.0, ("lfu", "none"): 0.26,
                                 ("lfu", "spec_next_layer"): 0.25, ("lfu", "fmoe_maps"): 0.27,
                                 ("lru", "fmoe_maps"): 0.02}.items()]
+    # the two ablated map steps: fmoe_maps with its switches off (config values, as run)
+    for knobs, h in (({"semantic_matching": False, "delta_rule": False}, 0.21),
+                     ({"delta_rule": False}, 0.23)):
+        row = _row(_composed("lfu", "fmoe_maps"), 100.0, hit=h)
+        row["_result"]["config"]["system"]["prefetcher"] = {"_target_": "x", **knobs}
+        rows.append(row)
     return pd.DataFrame([*rows, _row("fmoe", 90.0, hit=0.28)])
 
 
-def test_ablation_table_steps_and_not_expressible():
+def test_ablation_table_steps():
     frame = _ablation_frame()
     tab, _, _ = ablation.table(frame)
     assert list(zip(tab["step"], tab["evictor"])) == [
-        ("no prefetch", "LRU"), ("no prefetch", "LFU"), ("speculate", "LFU"), ("map T", ""),
-        ("map T+S", ""), ("map T+S+delta", "LRU"), ("map T+S+delta", "LFU"),
+        ("no prefetch", "LRU"), ("no prefetch", "LFU"), ("speculate", "LFU"), ("map T", "LFU"),
+        ("map T+S", "LFU"), ("map T+S+delta", "LRU"), ("map T+S+delta", "LFU"),
         ("map T+S+delta", "fMoE's (p x freq)")]
     by = tab.set_index(["step", "evictor"])
     assert by.loc[("map T+S+delta", "fMoE's (p x freq)"), "hit_rate"] == pytest.approx(0.28)
     assert by.loc[("map T+S+delta", "LRU"), "system"] == "composed(lru,fmoe_maps)"
-    assert by.loc[("map T", ""), "status"] == "not expressible"
-    assert "semantic_matching" in by.loc[("map T", ""), "note"]
-    assert "delta_rule" in by.loc[("map T+S", ""), "note"]
+    assert by.loc[("map T", "LFU"), "hit_rate"] == pytest.approx(0.21)
+    assert by.loc[("map T+S", "LFU"), "hit_rate"] == pytest.approx(0.23)
     assert ablation.claims(tab, frame, None) == []
 
 

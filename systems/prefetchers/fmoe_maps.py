@@ -29,8 +29,10 @@ class FMoEMaps(JointPrefetch):
 
     def __init__(self, prefetch_distance: int = 3, store_capacity: int = 1000,
                  match_us_per_map: float = 0.05, online_update: bool = True,
-                 semantic_same_kind: bool = True, count_smoothing: float = 0.25):
+                 semantic_same_kind: bool = True, count_smoothing: float = 0.25,
+                 semantic_matching: bool = True, delta_rule: bool = True):
         self.joint = FMoE(prefetch_distance=prefetch_distance, store_capacity=store_capacity,
                           match_us_per_map=match_us_per_map, online_update=online_update,
                           semantic_same_kind=semantic_same_kind, protect_prefetched=False,
-                          admission_margin=None, count_smoothing=count_smoothing)
+                          admission_margin=None, count_smoothing=count_smoothing,
+                          semantic_matching=semantic_matching, delta_rule=delta_rule)

@@ -7,14 +7,13 @@ run under both LRU and LFU:
   no prefetch      composed(<evictor>, none): the floor the prefetchers add to
   speculate        composed(<evictor>, spec_next_layer): the trace's next-layer guesses
   hit count        composed(<evictor>, frequency): the next layer's most counted experts
-  map T            not expressible: fMoE's maps matched by trajectory alone
-  map T+S          not expressible: maps matched by trajectory and semantics, without delta
+  map T            composed(<evictor>, fmoe_maps) with semantic_matching=false and
+                   delta_rule=false: maps matched by trajectory alone, each prediction the
+                   matched row's top-k
+  map T+S          the same with semantic matching (delta_rule=false)
   map T+S+delta    composed(<evictor>, fmoe_maps): fMoE's whole matching
 Eviction: fMoE's maps with LRU, with LFU, and the fmoe system (its own p * freq eviction, with
 the protection of prefetched experts and admission_margin that go with it).
-"map T" and "map T+S" each need a switch the fmoe system and the fmoe_maps prefetcher do not
-have yet (NEEDED_KNOBS). The table lists those steps with the reason.
-
 Claims: none. The text of the paper we read (paper_numbers.md A2) gives no hit rate or
 ordering for the ablation, so nothing is tested (no invented claims).
 """
@@ -27,25 +26,25 @@ from analysis.repro.spec import Experiment, Sweep
 
 PAPER = f"{SOURCE} ablation"
 EVICTORS = ("lru", "lfu")
-# design step -> the zoo prefetcher that expresses it (None: not expressible yet)
-STEPS = {"no prefetch": "none", "speculate": "spec_next_layer", "hit count": "frequency",
-         "map T": None, "map T+S": None, "map T+S+delta": "fmoe_maps"}
-# the switches the two missing steps need, for systems/fmoe.py and its fmoe_maps adapter
-NEEDED_KNOBS = {
-    "map T": "semantic_matching (bool, default true; false: no semantic match, every request "
-             "runs trajectory-only as a request without an embedding does today) with "
-             "delta_rule=false",
-    "map T+S": "delta_rule (bool, default true; false: take the matched row's top-k experts "
-               "instead of the experts up to probability mass delta = clip(1 - score, 0, 1))"}
+# design step -> (the zoo prefetcher that expresses it, its knobs that differ from default)
+STEPS = {"no prefetch": ("none", {}), "speculate": ("spec_next_layer", {}),
+         "hit count": ("frequency", {}),
+         "map T": ("fmoe_maps", {"semantic_matching": False, "delta_rule": False}),
+         "map T+S": ("fmoe_maps", {"delta_rule": False}), "map T+S+delta": ("fmoe_maps", {})}
+_KNOBS = ("semantic_matching", "delta_rule")  # fmoe_maps' ablation switches (default true)
 EVICTION_NAMES = {"lru": "LRU", "lfu": "LFU", "fmoe": "fMoE's (p x freq)"}
 
 
-def _parts(result: dict) -> tuple[str, str]:
-    """(evictor, prefetcher) of a run; the fmoe system is (fmoe, fmoe_maps)."""
+def _parts(result: dict) -> tuple[str, str | None]:
+    """(evictor, design step) of a run; the fmoe system is (fmoe, map T+S+delta)."""
     s = result["system"]
     if s.get("name") == "fmoe":
-        return "fmoe", "fmoe_maps"
-    return (s.get("evictor") or {}).get("name"), (s.get("prefetcher") or {}).get("name")
+        return "fmoe", "map T+S+delta"
+    node = result["config"]["system"].get("prefetcher") or {}
+    name = (s.get("prefetcher") or {}).get("name")
+    knobs = {k: node[k] for k in _KNOBS if k in node and node[k] is False}
+    step = next((st for st, (pf, kn) in STEPS.items() if pf == name and kn == knobs), None)
+    return (s.get("evictor") or {}).get("name"), step
 
 
 def table(runs):
@@ -55,18 +54,14 @@ def table(runs):
 
     cells = {_parts(r["_result"]): r for r in runs.to_dict("records")}
     rows = []
-    for step, pf in STEPS.items():
-        if pf is None:
-            rows.append({"step": step, "evictor": "", "status": "not expressible",
-                         "note": f"needs {NEEDED_KNOBS[step]}"})
-            continue
-        for ev in (*EVICTORS, "fmoe") if pf == "fmoe_maps" else EVICTORS:
-            r = cells.get((ev, pf))
+    for step in STEPS:
+        for ev in (*EVICTORS, "fmoe") if step == "map T+S+delta" else EVICTORS:
+            r = cells.get((ev, step))
             if r is None:
                 continue
             m = r["_result"].get("metrics") or {}
             rows.append({"step": step, "evictor": EVICTION_NAMES[ev],
-                         "system": "fmoe" if ev == "fmoe" else f"composed({ev},{pf})",
+                         "system": "fmoe" if ev == "fmoe" else f"composed({ev},{STEPS[step][0]})",
                          "status": r["status"], "hit_rate": num(r["hit_rate"]),
                          "hit_rate_decode": num(r["hit_rate_decode"]),
                          "prefetch_precision": num(m.get("prefetch_precision")),
@@ -93,7 +88,7 @@ def figure(tab, runs):
     """Hit rate per design step (groups), one bar per eviction rule."""
     fig, ax = new_figure(f"{PAPER}: expert hit rate per design step (Mixtral-8x7B, RTX 3090)",
                          runs.iloc[0]["routing"], width=9.0, height=4.6)
-    groups = [s if pf else f"{s}\n(not expressible)" for s, pf in STEPS.items()]
+    groups = list(STEPS)
     series = {}
     for ev in (*EVICTORS, "fmoe"):
         name = EVICTION_NAMES[ev]
@@ -110,10 +105,13 @@ def claims(tab, runs, real):
 EXPERIMENT = Experiment(
     name="fmoe_ablation", title=PAPER, mirrors=f"{PAPER}: hit rate per design step and eviction",
     sweeps=(Sweep(("system=composed", "system/evictor=" + ",".join(EVICTORS),
-                   "system/prefetcher=" + ",".join(p for p in STEPS.values() if p))),
+                   "system/prefetcher=" + ",".join(dict.fromkeys(p for p, _ in
+                                                                 STEPS.values())))),
+            Sweep(("system=composed", "system/evictor=" + ",".join(EVICTORS),
+                   "system/prefetcher=fmoe_maps", "system.prefetcher.delta_rule=false",
+                   "system.prefetcher.semantic_matching=true,false")),
             Sweep(("system=fmoe",))),
     table=table, figure=figure, claims=claims,
-    cannot_express=tuple(f"the '{s}' step: fmoe needs {k}" for s, k in NEEDED_KNOBS.items()),
     notes=("Scaled down from the paper for the suite's time budget "
            "(conf/experiment/fmoe_ablation.yaml): synthetic prompts (their task-centroid "
            "embeddings give the semantic match something to find), 12 measured requests of 32 "
