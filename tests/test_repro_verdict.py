@@ -25,6 +25,8 @@ from analysis.repro.verdict import (
     (0.54, 0.9, "direction only"),
     (0.54, 1.2, "not reproduced"),
     (1.14, 1.10, "reproduced"),         # hit rate +14 % against +10 %
+    (1.19, 0.997, "not reproduced"),    # within 25 % but no gain: the claim is a gain
+    (0.9, 1.05, "not reproduced"),      # within 25 % but a loss claimed, a gain measured
     (1.0, 1.0, "reproduced"),
     (1.0, 1.3, "not reproduced"),       # the paper claims no change; 1.3 is outside
 ])

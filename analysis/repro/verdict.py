@@ -5,7 +5,8 @@ models the policy, the link and the compute, not a framework's own overheads.
 
   ratio     the paper's factor (a speed-up, a latency or hit-rate ratio to a baseline, a
             relative change written as 1 + change) against ours for the same pair:
-              reproduced      ours within a factor 1 + TOLERANCE of the paper's
+              reproduced      ours within a factor 1 + TOLERANCE of the paper's and on
+                              the same side of 1 (a claimed gain must be a gain)
               direction only  outside it, but on the same side of 1 (a gain stays a gain)
               not reproduced  on the other side of 1, or no change where the paper has one
   ordering  the paper's systems best first against ours (the same systems):
@@ -66,9 +67,10 @@ def _fmt(x) -> str:
 def ratio_verdict(paper: float, ours: float, tolerance: float = TOLERANCE) -> str:
     if ours <= 0 or paper <= 0:
         raise ValueError(f"ratios must be positive (paper {paper}, ours {ours})")
-    if abs(math.log(ours / paper)) <= math.log1p(tolerance):
-        return "reproduced"
     side = (paper > 1) - (paper < 1)
+    same_side = not side or side == (ours > 1) - (ours < 1)
+    if abs(math.log(ours / paper)) <= math.log1p(tolerance) and same_side:
+        return "reproduced"
     return "direction only" if side and side == (ours > 1) - (ours < 1) else "not reproduced"
 
 
