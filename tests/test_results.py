@@ -143,9 +143,9 @@ def test_memory_plan_by_hand(two_processes):
     r = json.loads((two_processes[0] / "result.json").read_text())
     mem = r["memory"]
     gib = 2**30
-    # DeepSeek-V2-Lite: 27 layers x 5120 KV elements x 2 bytes = 276,480 B per token;
-    # context 16 + 4 = 20 tokens, batch 1.
-    assert mem["kv_bytes"] == 27 * 5120 * 2 * 20
+    # DeepSeek-V2-Lite: 27 layers x 576 KV elements (MLA latent 512 + RoPE key 64) x 2 bytes
+    # = 31,104 B per token; context 16 + 4 = 20 tokens, batch 1.
+    assert mem["kv_bytes"] == 27 * 576 * 2 * 20
     assert mem["gpu_bytes"] == 24 * gib and mem["reserve_bytes"] == int(1.5 * gib)
     assert mem["available_bytes"] == (24 * gib - mem["dense_bytes"] - mem["kv_bytes"]
                                       - int(1.5 * gib))

@@ -51,8 +51,10 @@ def prompts_override() -> str:
     if None in files:
         return "workload.prompts=null"  # the synthetic task mix (the config's keys dropped)
     sharegpt, arena = (str(f.resolve()).replace("'", "\\'") for f in files)
-    return (f"workload.prompts={{dataset:sharegpt,path:'{sharegpt}'}},"
-            f"{{dataset:arena_hard,path:'{arena}'}}")
+    # 64 prompts loaded (halves of 32: 28 store + 12 test drawn), lengths fixed by the config
+    keep = "num:64,lengths:false,allow_download:false"
+    return (f"workload.prompts={{dataset:sharegpt,path:'{sharegpt}',{keep}}},"
+            f"{{dataset:arena_hard,path:'{arena}',{keep}}}")
 
 
 def sweeps() -> tuple[Sweep, ...]:
