@@ -49,13 +49,15 @@ reproduce-table1: $(STAMP)
 
 # One experiment of the reproduction suite (analysis/repro/experiments/<name>.py): its runs
 # (resumable, failure-isolated, JOBS parallel), then results/<name>/<name>.{md,tex,csv,png,pdf}.
+# The suite needs the test environment's extras: fMoE's experiments embed real prompts
+# (torch, transformers and the all-MiniLM-L6-v2 package).
 JOBS ?= 2
-reproduce-%: $(STAMP)
+reproduce-%: $(TEST_STAMP)
 	$(if $(FRESH),rm -rf results/$* results/$*_real)
 	$(MOEBENCH) reproduce $* --jobs $(JOBS)
 
 # Every experiment, then every table and figure and results/claims.md.
-reproduce-all: $(STAMP)
+reproduce-all: $(TEST_STAMP)
 	$(if $(FRESH),$(MAKE) clean-results)
 	$(MOEBENCH) reproduce all --jobs $(JOBS)
 	$(MOEBENCH) figures
