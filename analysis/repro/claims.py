@@ -48,9 +48,11 @@ def experiment_claims(name: str, results: Path) -> list[ClaimRow]:
     table = exp.table(runs)[0]
     rows = exp.claims(table, runs, real)
     for row in rows:
+        # the sample is named beside a real-routing value only (a claim about another
+        # model of the same experiment has none)
         if exp.real_model is not None and row.real_sample is None:
-            row.real_sample = (real_size(exp.real_model) if real is not None
-                               else "sample absent or not run")
+            row.real_sample = (real_size(exp.real_model) if row.ours_real is not None
+                               else "sample absent or not run" if real is None else None)
         judge(row)
     return rows
 

@@ -64,10 +64,20 @@ def real_overrides(exp, results: Path) -> list[str] | None:
     traces = real_traces(exp.real_model, results)
     if traces is None:
         return None
-    extra = [f"experiment_name={exp.name}_real", f"routing={traces['meas.npz'].resolve()}"]
+    extra = [f"experiment_name={exp.name}_real", f"routing={_portable(traces['meas.npz'])}"]
     if "cal.npz" in traces:
-        extra.append(f"calibration_routing={traces['cal.npz'].resolve()}")
+        extra.append(f"calibration_routing={_portable(traces['cal.npz'])}")
     return extra
+
+
+def _portable(path: Path) -> str:
+    """The path relative to the working directory when it lies inside it: the runs' names
+    and config hashes then hold no machine path (the runs read it from the same place)."""
+    path = path.resolve()
+    try:
+        return str(path.relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)
 
 
 def real_size(model: str | None) -> str | None:
