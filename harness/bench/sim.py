@@ -211,6 +211,27 @@ def _spawn(system: str, requests: int, batch: int, repeats: int, check: bool) ->
     return json.loads(p.stdout.strip().splitlines()[-1])
 
 
+def _cost(requests: int, repeats: int) -> dict:
+    """The engine cost model (harness/bench/engine_cost.py) in a fresh child; printed."""
+    from core.paths import PROJECT_ROOT
+
+    print(f"\nengine cost model (on_demand, {requests} requests, batch 1/4/16, three budgets; "
+          "least squares; microseconds of CPU):")
+    cmd = [sys.executable, "-m", "harness.bench.sim", "--cost-child", "--requests",
+           str(requests), "--repeats", str(repeats)]
+    p = subprocess.run(cmd, cwd=PROJECT_ROOT, env={**os.environ, **BLAS_ENV},
+                       capture_output=True, text=True)
+    if p.returncode != 0:
+        print(f"  FAILED\n{p.stderr.strip()[-2000:]}", file=sys.stderr)
+        return {"status": "failed", "error": p.stderr.strip()[-2000:]}
+    out = json.loads(p.stdout.strip().splitlines()[-1])
+    for core, f in out["cores"].items():
+        print(f"  {core:<9} per run {f['fixed_ms']:.0f} ms, per block {f['block_us']:.2f} us, "
+              f"per access {f['access_us']:.3f} us, per load {f['load_us']:.2f} us "
+              f"(largest residual {100 * f['max_relative_residual']:.1f} %)")
+    return {"status": "ok", **out}
+
+
 def _fmt(x, spec: str) -> str:
     return "-" if x is None else format(x, spec)
 
@@ -227,12 +248,24 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--skip-batch32", action="store_true", help="no batch-32 setting")
     ap.add_argument("--skip-table1", action="store_true",
                     help="do not time the whole Table 1 sweep (make reproduce-table1's runs)")
+    ap.add_argument("--skip-cost", action="store_true",
+                    help="do not fit the engine's per block / access / load costs")
+    ap.add_argument("--cost-requests", type=int, default=60,
+                    help="requests of the cost-model fit's trace (default 60)")
     ap.add_argument("--child", help=argparse.SUPPRESS)
+    ap.add_argument("--cost-child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--batch", type=int, default=1, help=argparse.SUPPRESS)
     ap.add_argument("--check", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.requests < 1 or args.repeats < 1:
         ap.error("--requests and --repeats must be >= 1")
+    if args.cost_child:
+        from harness.bench.engine_cost import measure
+        from harness.runner.guard import blas_threads
+
+        with blas_threads(1):
+            print(json.dumps(measure(args.requests, args.repeats)))
+        return 0
     if args.child:
         from harness.runner.guard import blas_threads
 
@@ -290,6 +323,7 @@ def main(argv: list[str]) -> int:
         print(f"reference check vs {check['system']} at batch 1: "
               f"{'match' if check['match'] else 'MISMATCH'} (engine {check['engine']}, "
               f"reference {check['reference']})")
+    cost = None if args.skip_cost else _cost(args.cost_requests, args.repeats)
     table1 = None
     if not args.skip_table1:
         print(f"\nTable 1 sweep ({TABLE1_SYSTEMS}, {args.requests} requests, fresh results and "
@@ -307,6 +341,7 @@ def main(argv: list[str]) -> int:
                        "repeats": args.repeats, "timer": "time.process_time, fresh process",
                        "blas_threads": 1, "cpus": os.cpu_count()},
            "systems": figures, "reference_check": check, "details": details,
+           "engine_cost": cost,
            "table1_sweep": table1,
            "targets": [{"name": n, "value": v, "target": w, "met": ok}
                        for n, v, w, ok in targets]}
