@@ -1,8 +1,9 @@
-"""Builds the compiled engine core (harness/sim/fast_*.pyx, C++ via Cython) in place.
+"""Builds the compiled engine core (harness/sim/fast_*.pyx, C++ via Cython) and
+moe_infinity's kernels (systems/moe_infinity_fast.pyx, C) in place.
 
 Everything else is in pyproject.toml. The extensions are optional: without a C++ compiler
 the install still succeeds and the engine runs its pure-Python reference core
-(harness/sim/cores.py; `engine_core` in the config)."""
+(harness/sim/cores.py; `engine_core` in the config), moe_infinity its numpy code."""
 
 from Cython.Build import cythonize
 from setuptools import Extension, setup
@@ -10,5 +11,8 @@ from setuptools import Extension, setup
 FAST = ("fast_state", "fast_copies", "fast_step")
 extensions = [Extension(f"harness.sim.{name}", [f"harness/sim/{name}.pyx"], language="c++",
                         extra_compile_args=["-O2"], optional=True) for name in FAST]
+# -ffp-contract=off: a * b + c stays two roundings, as in numpy (bit-identical decisions)
+extensions.append(Extension("systems.moe_infinity_fast", ["systems/moe_infinity_fast.pyx"],
+                            extra_compile_args=["-O2", "-ffp-contract=off"], optional=True))
 
 setup(ext_modules=cythonize(extensions, language_level=3, quiet=True))

@@ -38,6 +38,7 @@ import numpy as np
 
 from core.knobs import bool_knob, float_knob, int_knob
 from systems import moe_infinity_batch as batch
+from systems import moe_infinity_propose as propose
 from systems.base import HISTORY_CAP, System
 from systems.eamc import EAMC, request_eams
 from systems.moe_infinity_ranks import (
@@ -46,7 +47,7 @@ from systems.moe_infinity_ranks import (
     released_layer_factor,
     released_priority,
 )
-from systems.moe_infinity_requests import RequestState, RequestTable
+from systems.moe_infinity_requests import VAR, RequestState, RequestTable
 
 _RESIDENT = 2**62  # gate value of a resident key: above every iteration index
 
@@ -95,7 +96,6 @@ class MoEInfinity(System):
         self.ranks = ResidentRanks(L * E, E)  # eviction ranks by score (not freq_decay)
         # [L*E] 0 where _propose may queue the key, -inf where the gate holds it back
         self._apen = np.zeros(L * E)
-        self._buf, self._above = np.empty(L * E), np.empty(L * E, dtype=bool)  # _admitted's
         # weight[i] for the current layer l = i - 1: 1 - d/L, d = layers ahead (cyclic), 0 at d = 0
         layer_of_key = np.repeat(np.arange(L), E)
         d = (layer_of_key[None, :] - np.arange(-1, L)[:, None]) % L  # [L+1, L*E]
@@ -264,7 +264,8 @@ class MoEInfinity(System):
     def _admits(self, incoming: int, victim: int) -> bool:
         """Hysteresis: a prefetch of `incoming` displaces `victim` only if its predicted reuse
         exceeds the victim's by more than `admit_margin` standard errors of the difference,
-        sqrt(var_in + var_victim). Python floats: the same IEEE operations as _admitted's."""
+        sqrt(var_in + var_victim). Python floats: the same IEEE operations as
+        moe_infinity_propose.admitted's."""
         var_in, var_victim = self._var_of(incoming), self._var_of(victim)
         gap = float(self.score[incoming]) - float(self.score[victim])
         return gap > self.admit_margin * math.sqrt(var_in + var_victim)
@@ -279,42 +280,19 @@ class MoEInfinity(System):
         """
         if not self.prefetch:
             return
-        w = self.weight[layer + 1]
         victim = self._lowest() if self.n_resident >= self.ctx.capacity_slots else -1
-        self.proposal = self._admitted(w, victim) if victim >= 0 else self._top(w)
+        self.proposal = propose.proposal(self.score, self.weight[layer + 1], self._apen, victim,
+                                         self.admit_margin, self.max_proposal,
+                                         self._var_rows(), self._var_of, self._var_at)
 
-    def _top(self, w: np.ndarray) -> list[int]:
-        """The max_proposal allowed keys of highest prio = score * w > 0: repeated argmax,
-        which returns the lowest of equal keys."""
-        prio = self.score * w
-        prio += self._apen
-        out: list[int] = []
-        for _ in range(self.max_proposal):
-            k = int(prio.argmax())
-            if not prio[k] > 0:
-                break
-            out.append(k)
-            prio[k] = -np.inf
-        return out
-
-    def _admitted(self, w: np.ndarray, victim: int) -> list[int]:
-        """_top among the keys admitted over `victim` (see _admits). Leaving the incoming
-        key's variance out of the margin gives a lower bound T of it (sqrt and the products
-        are monotone), and score - sv > T needs score > (sv + T) (1 - 1e-12) whatever the
-        rounding: only the few keys above that get their variance."""
-        score, margin = self.score, self.admit_margin
-        sv, var_victim = score.item(victim), self._var_of(victim)
-        low = margin * math.sqrt(var_victim)
-        allowed = np.add(score, self._apen, out=self._buf)  # -inf where the gate holds
-        cand = np.greater(allowed, (sv + low) * (1.0 - 1e-12), out=self._above).nonzero()[0]
-        if not len(cand):
-            return []
-        ok = score.take(cand) - sv > margin * np.sqrt(self._var_at(cand) + var_victim)
-        keys = cand[ok].tolist()
-        if not keys:
-            return []  # the usual case
-        ranked = sorted((-p, k) for k, p in zip(keys, (score[keys] * w[keys]).tolist()) if p > 0)
-        return [k for _, k in ranked[:self.max_proposal]]
+    def _var_rows(self) -> tuple[np.ndarray | None, list[int]]:
+        """The variances as propose.proposal takes them: (plane, rows), max over the rows."""
+        src = self._var_src
+        if src is None:
+            return None, []
+        if isinstance(src, np.ndarray):
+            return src.reshape(1, -1), [0]
+        return self.table.parts[:, VAR], [st.row for st in src]
 
     # ---- engine hooks ---------------------------------------------------------------------
     def on_request_start(self, request, now_ms):

@@ -5,10 +5,12 @@ Rows let one MoE layer update every member request of a batch with a few array o
 (systems/moe_infinity_batch.py). This module holds the table and the path of a single request
 (batch 1, the common case), which works on views made once per row and does the few-element
 work (the k routed experts, the m matched entries) in python: a numpy call costs more than
-such work. It skips what cannot change a value: the predicted EAM when the matched set is the
-same (only the order moved), the sum of matched rows for the entries that stayed, the blend
-and the variance outside the layer whose own counts changed. The variance of the predicted
-reuse is kept per key (plane VAR), so the admission rule reads it at the keys it tests.
+such work; when built, the compiled kernels (systems/moe_infinity_fast.pyx, one RowKernel
+per row) do that path's arithmetic in C loops instead, with the same bits. It skips what
+cannot change a value: the predicted EAM when the matched set is the same (only the order
+moved), the sum of matched rows for the entries that stayed, the blend and the variance
+outside the layer whose own counts changed. The variance of the predicted reuse is kept per
+key (plane VAR), so the admission rule reads it at the keys it tests.
 
 Every path gives the numbers of the per-request formulas bit for bit: token counts, their dot
 products and sums are float64 integers (exact in any order, also through BLAS), and every
@@ -26,6 +28,11 @@ import math
 import numpy as np
 
 from systems.eamc import EAMC
+
+try:  # built in place by `pip install -e .` (setup.py); absent without a C compiler
+    from systems import moe_infinity_fast as FAST
+except ImportError:
+    FAST = None  # the numpy code below runs instead (the same bits)
 
 ARGMAX_TOP = 8  # match_top up to this: repeated argmax; above: a stable sort
 # planes of RequestTable.parts: the predicted EAM P and its variance terms per key
@@ -69,7 +76,7 @@ class RowViews:
 
     __slots__ = ("q", "eam", "dots", "own", "acc", "counts", "totals", "blend", "mix", "parts",
                  "layers", "eam_b", "own_b", "mix_b", "blend_b", "share_b", "pvar_b",
-                 "keep2_b", "own_var_b", "var_b")
+                 "keep2_b", "own_var_b", "var_b", "kernel")
 
     def __init__(self, tab: RequestTable, r: int):
         L, E = tab.L, tab.E
@@ -85,6 +92,8 @@ class RowViews:
         self.blend_b = [self.blend[b] for b in blocks]
         self.share_b, self.pvar_b, self.keep2_b, self.own_var_b, self.var_b = (
             [plane[b] for b in blocks] for plane in self.parts)
+        # the compiled arithmetic of the row (FAST read now: tests switch it off)
+        self.kernel = FAST.RowKernel(tab, r) if FAST is not None else None
 
 
 class RequestTable:
@@ -177,11 +186,25 @@ class RequestTable:
     def add_one(self, st: RequestState, layer: int, keys: list[int], counts: list[int]) -> None:
         """Add one layer's counts at flat `keys` (python lists): query, EAM, |q|^2 and the
         own shares of the layer with their variance."""
-        r, v = st.row, self.views[st.row]
+        v, apart, w = self.views[st.row], self.iteration_query, self.own_weight
+        fresh = apart and layer not in st.q_layers  # the layer's query is still empty
+        if w > 0 and layer not in st.reached:
+            self.first_visit(st, layer)  # KEEP2 before VAR reads it (the shares do not)
+        if v.kernel is not None:
+            v.kernel.add(layer, keys, counts, apart, fresh)
+        else:
+            self._add_numpy(st.row, v, layer, keys, counts, fresh)
+        if apart:
+            st.q_layers.add(layer)
+        if w > 0:
+            st.own_changed(layer)
+
+    def _add_numpy(self, r: int, v: RowViews, layer: int, keys: list[int],
+                   counts: list[int], fresh: bool) -> None:
         q, eam = v.q, v.eam
         apart = self.iteration_query
         d = 0.0  # |q|^2 grows by sum cnt (2 old + cnt): integers, exact
-        if apart and layer not in st.q_layers:  # the layer's query is still empty
+        if fresh:
             for key, cnt in zip(keys, counts):
                 q[key] = cnt
                 eam[key] = eam.item(key) + cnt
@@ -193,8 +216,6 @@ class RequestTable:
                 d += cnt * (2.0 * old + cnt)
                 if apart:
                     eam[key] = eam.item(key) + cnt
-        if apart:
-            st.q_layers.add(layer)
         self.norm2[r] += d
         w = self.own_weight
         if w > 0:
@@ -207,23 +228,23 @@ class RequestTable:
             own_var *= share
             own_var *= inv
             own_var *= w * w
-            if layer not in st.reached:
-                self.first_visit(st, layer)
             var = np.multiply(v.keep2_b[layer], v.pvar_b[layer], out=v.var_b[layer])
             var += own_var
-            st.own_changed(layer)
 
     def match_one(self, st: RequestState, keys: list[int], counts: list[int], lim: int,
                   c: EAMC, match_top: int) -> float:
         """The EAMC query of one request, incrementally: its dot products gain the new counts
         of `keys` (K rows of the layer-major store), then the `match_top` best cosines over
         layers 0..lim (ties: lowest slot) become its best. Returns the best cosine."""
-        r, n, cols = st.row, c.n, c.cols
-        dots = self.views[r].dots[:cols.shape[1]]  # slots past n: zero columns, zero dots
-        dots += np.dot(counts, cols.take(keys, axis=0))  # [width], exact
+        r, n, cols, m = st.row, c.n, c.cols, min(match_top, c.n)
+        v = self.views[r]
         # cosine = dots / (|query| |entry prefix|); |query| is the same for every entry
-        scaled = dots[:n] * c.inv_norm[lim, :n]
-        slots, top = top_few(scaled, min(match_top, n))
+        if v.kernel is not None and m <= ARGMAX_TOP:
+            slots, top = v.kernel.match(cols, keys, counts, c.inv_norm[lim], n, m)
+        else:
+            dots = v.dots[:cols.shape[1]]  # slots past n: zero columns, zero dots
+            dots += np.dot(counts, cols.take(keys, axis=0))  # [width], exact
+            slots, top = top_few(dots[:n] * c.inv_norm[lim, :n], m)
         if slots != st.best:
             st.best, st.stale = slots, True
         return top / math.sqrt(self.norm2.item(r))
@@ -241,7 +262,13 @@ class RequestTable:
         acc, x = v.acc, c.rows  # [L*E + L]; c.rows [capacity, L*E + L]
         keep = frozenset(slots)
         removed = [j for j in summed if j not in keep]
-        if summed and len(added) + len(removed) < len(slots):
+        st.summed, st.new_p = keep, True
+        kept = summed and len(added) + len(removed) < len(slots)  # update the kept sum
+        if v.kernel is not None:
+            v.kernel.predict(x, added if kept else list(slots), removed if kept else [],
+                             not kept)
+            return
+        if kept:
             for j in added:
                 acc += x[j]
             for j in removed:
@@ -252,7 +279,6 @@ class RequestTable:
             np.copyto(acc, x[slots[0]])
             for j in slots[1:]:
                 acc += x[j]
-        st.summed, st.new_p = keep, True
         counts, totals, parts = v.counts, v.totals, v.layers
         share, pvar = parts[SHARE], parts[PVAR]
         if any(c.all_layers[j] for j in slots):  # then every layer total is > 0
@@ -282,10 +308,13 @@ class RequestTable:
             p, out, own, mix = v.share_b[layer], v.blend_b[layer], v.own_b[layer], v.mix_b[layer]
         else:
             return None
+        st.new_p, st.own_dirty = False, -1
+        if v.kernel is not None:
+            v.kernel.blend_keys(*blk.indices(self.L * self.E)[:2])
+            return blk
         np.subtract(own, p, out=out)
         out *= mix
         out += p
-        st.new_p, st.own_dirty = False, -1
         return blk
 
     # ---- variance of the predicted reuse ---------------------------------------------------

@@ -426,7 +426,7 @@ def test_eamc_grows_its_columns_and_keeps_every_entry():
 
 @pytest.mark.parametrize("margin", [0.0, 0.25, 1.0])
 def test_admission_filter_is_the_full_vector_rule(margin):
-    """_admitted (threshold, then a few variances) proposes what the rule applied to every
+    """The proposal (threshold, then a few variances) proposes what the rule applied to every
     key proposes: allowed, prio > 0, gap > margin * sqrt(var + var_victim)."""
     rng = np.random.default_rng(11)
     s = _bound_with_history(*rng.integers(0, 6, size=(4, 3, 4)), slots=6,

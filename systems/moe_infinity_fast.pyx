@@ -1,0 +1,215 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
+# cython: initializedcheck=False
+"""The compiled kernels of moe_infinity's batch-1 path (systems/moe_infinity_requests.py,
+systems/moe_infinity_propose.py): the same values as their numpy code, bit for bit, in C
+loops, which cost less than the numpy calls on a layer's few keys and a row's L*E.
+
+Bit-identity: token counts and their sums are integers held in doubles (exact in any order),
+every other value is the same sequence of IEEE double operations as the numpy code (built
+with -ffp-contract=off, so a * b + c is never fused), and rankings break ties by the lowest
+index as numpy's argmax does. tests/test_moe_infinity_fast.py checks both paths alike.
+"""
+
+from cpython.mem cimport PyMem_Free, PyMem_Malloc
+from libc.math cimport sqrt
+
+cdef enum:
+    MAX_TOP = 8  # the longest ranking kept here (ARGMAX_TOP and the usual max_proposal)
+
+cdef enum:
+    SHARE = 0
+    PVAR = 1
+    KEEP2 = 2
+    OWN_VAR = 3
+    VAR = 4
+
+
+cdef inline int _insert(double* val, Py_ssize_t* idx, int n, int m, double v,
+                        Py_ssize_t i) noexcept nogil:
+    """Keep the m highest (value, then lowest index) of those offered in index order:
+    v goes after every kept value >= v. Returns the new count."""
+    cdef int p
+    if n == m:
+        if not v > val[m - 1]:
+            return n
+        n -= 1
+    p = n
+    while p > 0 and val[p - 1] < v:
+        val[p] = val[p - 1]
+        idx[p] = idx[p - 1]
+        p -= 1
+    val[p] = v
+    idx[p] = i
+    return n + 1
+
+
+cdef class RowKernel:
+    """One table row of a RequestTable: add_one's, match_one's, predict_one's and
+    blend_one's arithmetic on the table's arrays (rebuilt with them when the table grows)."""
+
+    cdef double[:, ::1] q, eam, dots, own, own_n, mix, acc, blend
+    cdef double[::1] norm2
+    cdef double[:, :, ::1] parts
+    cdef Py_ssize_t r, L, E
+    cdef double w
+
+    def __init__(self, tab, Py_ssize_t r):
+        self.q, self.eam, self.dots, self.own = tab.q, tab.eam, tab.dots, tab.own
+        self.own_n, self.mix, self.acc, self.blend = tab.own_n, tab.mix, tab.acc, tab.blend
+        self.norm2, self.parts = tab.norm2, tab.parts
+        self.r, self.L, self.E, self.w = r, tab.L, tab.E, tab.own_weight
+
+    def add(self, Py_ssize_t layer, keys, counts, bint apart, bint fresh):
+        """RequestTable.add_one's arithmetic (first_visit already done where due)."""
+        cdef Py_ssize_t r = self.r, i, key, e, base = layer * self.E
+        cdef double cnt, old, d = 0.0, total = 0.0, inv, s, ov, w2
+        for i in range(len(keys)):
+            key, cnt = keys[i], counts[i]
+            total += cnt
+            if apart and fresh:
+                self.q[r, key] = cnt
+                self.eam[r, key] = self.eam[r, key] + cnt
+                d += cnt * cnt
+            else:
+                old = self.q[r, key]
+                self.q[r, key] = old + cnt
+                d += cnt * (2.0 * old + cnt)
+                if apart:
+                    self.eam[r, key] = self.eam[r, key] + cnt
+        self.norm2[r] += d
+        if not self.w > 0:
+            return
+        self.own_n[r, layer] = self.own_n[r, layer] + total
+        inv = 1.0 / self.own_n[r, layer]
+        w2 = self.w * self.w
+        for e in range(base, base + self.E):
+            s = self.eam[r, e] * inv
+            self.own[r, e] = s
+            ov = 1.0 - s
+            ov = ov * s
+            ov = ov * inv
+            ov = ov * w2
+            self.parts[r, OWN_VAR, e] = ov
+            self.parts[r, VAR, e] = self.parts[r, KEEP2, e] * self.parts[r, PVAR, e] + ov
+
+    def match(self, const double[:, ::1] cols, keys, counts,
+              const double[::1] inv_norm, Py_ssize_t n, int m):
+        """match_one's dot products and top_few (m <= MAX_TOP): the m best slots of
+        dots * inv_norm over the first n, and the best value."""
+        cdef Py_ssize_t r = self.r, i, j, key, width = cols.shape[1]
+        cdef double cnt
+        cdef double val[MAX_TOP]
+        cdef Py_ssize_t idx[MAX_TOP]
+        cdef int kept = 0
+        for i in range(len(keys)):
+            key, cnt = keys[i], counts[i]
+            for j in range(width):
+                self.dots[r, j] += cnt * cols[key, j]
+        for j in range(n):
+            kept = _insert(val, idx, kept, m, self.dots[r, j] * inv_norm[j], j)
+        return tuple([idx[i] for i in range(kept)]), val[0]
+
+    def predict(self, const double[:, ::1] rows, list add, list sub, bint fresh):
+        """predict_one's sums (fresh: the rows of `add` alone, else the kept sum plus `add`
+        minus `sub`), then P, its variance and VAR."""
+        cdef Py_ssize_t r = self.r, i, j, l, e, width = rows.shape[1]
+        cdef Py_ssize_t LE = self.L * self.E
+        cdef double t, s, pv
+        for i in range(len(add)):
+            j = add[i]
+            if fresh and i == 0:
+                self.acc[r, :] = rows[j, :width]
+            else:
+                for e in range(width):
+                    self.acc[r, e] += rows[j, e]
+        for i in range(len(sub)):
+            j = sub[i]
+            for e in range(width):
+                self.acc[r, e] -= rows[j, e]
+        for l in range(self.L):
+            t = self.acc[r, LE + l]
+            for e in range(l * self.E, (l + 1) * self.E):
+                if t > 0:
+                    s = self.acc[r, e] / t
+                    pv = (1.0 - s) * s
+                    pv = pv / t
+                else:  # an all-zero layer stays zero
+                    s = 0.0
+                    pv = (1.0 - s) * s
+                self.parts[r, SHARE, e] = s
+                self.parts[r, PVAR, e] = pv
+                self.parts[r, VAR, e] = self.parts[r, KEEP2, e] * pv + self.parts[r, OWN_VAR, e]
+
+    def blend_keys(self, Py_ssize_t lo, Py_ssize_t hi):
+        """blend_one on keys lo..hi - 1: P + mix (own - P)."""
+        cdef Py_ssize_t r = self.r, e
+        cdef double p, t
+        for e in range(lo, hi):
+            p = self.parts[r, SHARE, e]
+            t = self.own[r, e] - p
+            t = t * self.mix[r, e]
+            self.blend[r, e] = t + p
+
+
+def propose(const double[::1] score, const double[::1] w, const double[::1] apen, plane,
+            list rows, Py_ssize_t victim, double margin, int m):
+    """moe_infinity_propose's top (victim < 0) or admitted ranking: up to m keys (m <=
+    MAX_TOP) of score * w > 0 that the gate allows, highest first, ties by the lowest key;
+    with a victim only those admitted over it, score - sv > margin sqrt(var + var_victim),
+    a key's variance the max over `rows` of plane [N, L*E] (plane None: zeros)."""
+    cdef const double[:, :] v  # [N, L*E], rows strided
+    cdef Py_ssize_t i, nr = len(rows) if plane is not None else 0
+    cdef Py_ssize_t* rw = <Py_ssize_t*> PyMem_Malloc((nr + 1) * sizeof(Py_ssize_t))
+    if rw == NULL:
+        raise MemoryError()
+    try:
+        if nr:
+            v = plane
+            for i in range(nr):
+                rw[i] = rows[i]
+        return _propose(score, w, apen, v, rw, nr, victim, margin, m)
+    finally:
+        PyMem_Free(rw)
+
+
+cdef list _propose(const double[::1] score, const double[::1] w, const double[::1] apen,
+                   const double[:, :] v, Py_ssize_t* rw, Py_ssize_t nr, Py_ssize_t victim,
+                   double margin, int m):
+    cdef Py_ssize_t k, nk = score.shape[0]
+    cdef double sv = 0.0, vv = 0.0, thresh = 0.0, s, p, vk
+    cdef double val[MAX_TOP]
+    cdef Py_ssize_t idx[MAX_TOP]
+    cdef int kept = 0
+    if victim >= 0:
+        sv = score[victim]
+        vv = _var_max(v, rw, nr, victim)
+        thresh = (sv + margin * sqrt(vv)) * (1.0 - 1e-12)
+    for k in range(nk):
+        s = score[k]
+        if victim >= 0:
+            if not s + apen[k] > thresh:
+                continue
+            vk = _var_max(v, rw, nr, k)
+            if not s - sv > margin * sqrt(vk + vv):
+                continue
+            p = s * w[k]
+        else:
+            p = s * w[k] + apen[k]
+        if p > 0:
+            kept = _insert(val, idx, kept, m, p, k)
+    return [idx[k] for k in range(kept)]
+
+
+cdef inline double _var_max(const double[:, :] v, Py_ssize_t* rw, Py_ssize_t nr,
+                            Py_ssize_t k) noexcept nogil:
+    """The max over rows rw[:nr] of v[row, k]; 0 for no rows."""
+    cdef double x, y
+    cdef Py_ssize_t i
+    if nr == 0:
+        return 0.0
+    x = v[rw[0], k]
+    for i in range(1, nr):
+        y = v[rw[i], k]
+        if y > x:
+            x = y
+    return x

@@ -1,0 +1,94 @@
+"""moe_infinity's compiled kernels (systems/moe_infinity_fast.pyx) against its numpy code:
+the same decisions and the same bits. Whole runs of the system with the kernels and with
+them switched off (systems.moe_infinity_requests.FAST = None) must give identical tables,
+reports and row arrays, over knobs that take every path (match_top above ARGMAX_TOP and
+max_proposal above it run numpy for that part); the proposal kernel is also checked alone
+on scores with many ties. Skips when the kernels are not built."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from core.specs import hardware_spec_from_dict, model_spec_from_dict
+from harness.runner.config import compose_config
+from harness.runner.run import load_routing
+from harness.sim.backend_sim import SimBackend
+from harness.sim.engine import Engine
+from harness.sim.memory import plan_memory
+from systems import moe_infinity_propose as propose
+from systems import moe_infinity_requests as requests
+from systems.moe_infinity import MoEInfinity
+
+pytestmark = pytest.mark.skipif(requests.FAST is None, reason="moe_infinity_fast not built")
+
+BASE = ["experiment=table1", "workload.prompt_len=40", "workload.output_len=6",
+        "calibration_requests=8", "progress=false", "trace_cache_dir=null",
+        "workload.num_requests=8", "expert_cache_gb=3"]
+
+
+def _run(batch: int, knobs: dict, fast: bool, monkeypatch) -> dict:
+    monkeypatch.setattr(requests, "FAST", requests.FAST if fast else None)
+    cfg = compose_config(BASE + [f"max_batch={batch}"])
+    model = model_spec_from_dict(cfg["model"], "model")
+    hw = hardware_spec_from_dict(cfg["hardware"], "hardware")
+    trace = load_routing(cfg, model, "measure")
+    max_ctx = int(np.max(trace.prompt_len.astype(np.int64) + trace.output_len))
+    plan = plan_memory(model, hw, max_ctx, batch, cfg["expert_cache_gb"])
+    system = MoEInfinity(eamc_capacity=10, **knobs)
+    engine = Engine(model, SimBackend(model, hw), trace, system, plan.expert_cache_bytes, batch)
+    system.warmup(load_routing(cfg, model, "calibration", cfg["calibration_requests"]))
+    rec = engine.run()
+    tab = system.table
+    rows = {name: getattr(tab, name).copy() for name in
+            ("eam", "q", "dots", "norm2", "own", "own_n", "mix", "acc", "blend", "parts")}
+    return {"tables": rec.tables(), "describe": system.describe(), "rows": rows,
+            "score": system.score.copy(), "fast": tab.views[0].kernel is not None}
+
+
+@pytest.mark.parametrize("knobs", [
+    {},
+    {"iteration_query": False, "match_top": 2, "max_proposal": 3},
+    {"own_weight": 0.0, "admit_margin": 0.5},
+    {"match_top": 12, "max_proposal": 12, "admit_margin": 2.0},
+    {"own_weight": 1.0, "admit_margin": 0.0, "refetch_guard": False},
+])
+@pytest.mark.parametrize("batch", [1, 4])
+def test_kernels_give_the_numpy_bits(batch, knobs, monkeypatch):
+    a, b = (_run(batch, knobs, fast, monkeypatch) for fast in (True, False))
+    assert a["fast"] and not b["fast"]
+    assert a["describe"] == b["describe"]
+    assert np.array_equal(a["score"], b["score"])
+    for name, arr in a["rows"].items():
+        assert np.array_equal(arr, b["rows"][name]), name
+    for name, table in a["tables"].items():
+        for col, values in table.items():
+            np.testing.assert_array_equal(values, b["tables"][name][col],
+                                          err_msg=f"{name}.{col}")
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_proposal_kernel_is_the_numpy_rule(seed):
+    """Scores on a grid of quarters (many ties), a gate, one to three variance rows or none,
+    with and without a victim: the kernel's keys are numpy's top / admitted."""
+    rng = np.random.default_rng(seed)
+    n, m = 64, int(rng.integers(1, 9))
+    score = rng.integers(0, 5, n) / 4.0
+    w = rng.integers(0, 3, n) / 2.0
+    apen = np.where(rng.random(n) < 0.3, -np.inf, 0.0)
+    plane = rng.integers(0, 4, (3, n)) / 64.0
+    for rows in ([], [1], [0, 2], [2, 0, 1]):
+        var_plane = plane if rows else None
+
+        def var_at(keys, rows=rows):
+            return plane[rows][:, keys].max(axis=0) if rows else np.zeros(len(keys))
+
+        def var_of(key, rows=rows):
+            return max(plane[r, key] for r in rows) if rows else 0.0
+
+        for victim in (-1, int(rng.integers(0, n))):
+            for margin in (0.0, 0.5, 3.0):
+                want = (propose.top(score, w, apen, m) if victim < 0 else
+                        propose.admitted(score, w, apen, victim, margin, m, var_of, var_at))
+                got = requests.FAST.propose(score, w, apen, var_plane, rows, victim, margin, m)
+                assert got == want, (rows, victim, margin)
