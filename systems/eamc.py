@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from core.blocks import block_expert_counts
-
 
 class EAMC:
     """Expert activation matrix collection: up to `capacity` EAMs [L, E] with prefix norms.
@@ -144,7 +142,16 @@ def ranked_keys(values: np.ndarray, m: int, idx: np.ndarray | None = None) -> li
 
 
 def request_eams(trace) -> list[np.ndarray]:
-    """EAM [L, E] (token counts over prefill and decode) of every request of a trace."""
-    steps = int(trace.step_offsets[-1])
-    per_step = block_expert_counts(trace).reshape(steps, trace.num_layers, trace.num_experts)
-    return list(np.add.reduceat(per_step, trace.step_offsets[:-1], axis=0))  # R x [L, E]
+    """EAM [L, E] (token counts over prefill and decode, float32) of every request of a
+    trace: one bincount of layer * E + expert over each request's rows (trace.topk ids are
+    < E), which reads the trace once instead of building every block's dense counts."""
+    L, E = trace.num_layers, trace.num_experts
+    blocks, steps = trace.block_offsets, trace.step_offsets  # rows per block (step * L + layer)
+    layer_base = np.arange(L) * E
+    out = []
+    for r in range(len(steps) - 1):
+        b0, b1 = int(steps[r]) * L, int(steps[r + 1]) * L
+        layer_of_row = np.repeat(np.tile(layer_base, (b1 - b0) // L), np.diff(blocks[b0:b1 + 1]))
+        flat = (layer_of_row[:, None] + trace.topk[blocks[b0]:blocks[b1]]).ravel()
+        out.append(np.bincount(flat, minlength=L * E).reshape(L, E).astype(np.float32))
+    return out

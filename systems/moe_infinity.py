@@ -187,13 +187,7 @@ class MoEInfinity(System):
                 st.stale or st.new_p or st.own_dirty != -1 for st in states):
             return  # the same scores
         tab = self.table
-        by_len: dict[int, list[RequestState]] = {}
-        for st in states:  # one batch per match count (the collection may have grown since)
-            if st.stale:
-                by_len.setdefault(len(st.best), []).append(st)
-        for group in by_len.values():
-            batch.predict(tab, group, self.eamc)
-        batch.blend_rows(tab, states)
+        batch.predict_and_blend(tab, states, self.eamc)
         self._set_scores(tab.blend[batch.rows_index(states)].max(axis=0), states, rows)
 
     def _update_one(self, st: RequestState) -> None:

@@ -99,6 +99,27 @@ def top_slots(scaled: np.ndarray, m: int) -> tuple[np.ndarray, np.ndarray]:
     return out, top
 
 
+def predict_and_blend(tab: RequestTable, states: list[RequestState], c: EAMC) -> None:
+    """The predicted EAM of the stale states and the blend of every state whose P or own
+    shares changed. With the compiled kernels row by row (RequestTable.predict_one and
+    blend_one, the same bits: a row whose matched set stayed keeps its values, and an
+    unchanged block blends to the same ones); else predict, one batch per match count (the
+    collection may have grown since), and blend_rows."""
+    if tab.views[0].kernel is not None:
+        for st in states:
+            if st.stale:
+                tab.predict_one(st, c)
+            tab.blend_one(st)
+        return
+    by_len: dict[int, list[RequestState]] = {}
+    for st in states:
+        if st.stale:
+            by_len.setdefault(len(st.best), []).append(st)
+    for group in by_len.values():
+        predict(tab, group, c)
+    blend_rows(tab, states)
+
+
 def predict(tab: RequestTable, states: list[RequestState], c: EAMC) -> None:
     """RequestTable.predict_one for states with the same number of matches: the matched rows
     summed in one gather per match, then P and its variances over the states' rows (in

@@ -12,6 +12,7 @@ index as numpy's argmax does. tests/test_moe_infinity_fast.py checks both paths 
 
 from cpython.mem cimport PyMem_Free, PyMem_Malloc
 from libc.math cimport sqrt
+from libc.string cimport memcpy
 
 cdef enum:
     MAX_TOP = 8  # the longest ranking kept here (ARGMAX_TOP and the usual max_proposal)
@@ -96,59 +97,66 @@ cdef class RowKernel:
               const double[::1] inv_norm, Py_ssize_t n, int m):
         """match_one's dot products and top_few (m <= MAX_TOP): the m best slots of
         dots * inv_norm over the first n, and the best value."""
-        cdef Py_ssize_t r = self.r, i, j, key, width = cols.shape[1]
+        cdef Py_ssize_t i, j, width = cols.shape[1]
         cdef double cnt
+        cdef double* dots = &self.dots[self.r, 0]
+        cdef const double* col
         cdef double val[MAX_TOP]
         cdef Py_ssize_t idx[MAX_TOP]
         cdef int kept = 0
         for i in range(len(keys)):
-            key, cnt = keys[i], counts[i]
+            col, cnt = &cols[keys[i], 0], counts[i]
             for j in range(width):
-                self.dots[r, j] += cnt * cols[key, j]
+                dots[j] += cnt * col[j]
         for j in range(n):
-            kept = _insert(val, idx, kept, m, self.dots[r, j] * inv_norm[j], j)
+            kept = _insert(val, idx, kept, m, dots[j] * inv_norm[j], j)
         return tuple([idx[i] for i in range(kept)]), val[0]
 
     def predict(self, const double[:, ::1] rows, list add, list sub, bint fresh):
         """predict_one's sums (fresh: the rows of `add` alone, else the kept sum plus `add`
         minus `sub`), then P, its variance and VAR."""
-        cdef Py_ssize_t r = self.r, i, j, l, e, width = rows.shape[1]
-        cdef Py_ssize_t LE = self.L * self.E
-        cdef double t, s, pv
+        cdef Py_ssize_t i, l, e, width = rows.shape[1], E = self.E, LE = self.L * self.E
+        cdef double* acc = &self.acc[self.r, 0]
+        cdef double* share = &self.parts[self.r, SHARE, 0]
+        cdef double* pvar = &self.parts[self.r, PVAR, 0]
+        cdef const double* keep2 = &self.parts[self.r, KEEP2, 0]
+        cdef const double* own_var = &self.parts[self.r, OWN_VAR, 0]
+        cdef double* var = &self.parts[self.r, VAR, 0]
+        cdef const double* x
+        cdef double t
         for i in range(len(add)):
-            j = add[i]
+            x = &rows[add[i], 0]
             if fresh and i == 0:
-                self.acc[r, :] = rows[j, :width]
+                memcpy(acc, x, width * sizeof(double))
             else:
                 for e in range(width):
-                    self.acc[r, e] += rows[j, e]
+                    acc[e] += x[e]
         for i in range(len(sub)):
-            j = sub[i]
+            x = &rows[sub[i], 0]
             for e in range(width):
-                self.acc[r, e] -= rows[j, e]
+                acc[e] -= x[e]
         for l in range(self.L):
-            t = self.acc[r, LE + l]
-            for e in range(l * self.E, (l + 1) * self.E):
-                if t > 0:
-                    s = self.acc[r, e] / t
-                    pv = (1.0 - s) * s
-                    pv = pv / t
-                else:  # an all-zero layer stays zero
-                    s = 0.0
-                    pv = (1.0 - s) * s
-                self.parts[r, SHARE, e] = s
-                self.parts[r, PVAR, e] = pv
-                self.parts[r, VAR, e] = self.parts[r, KEEP2, e] * pv + self.parts[r, OWN_VAR, e]
+            t = acc[LE + l]
+            if t > 0:
+                for e in range(l * E, (l + 1) * E):
+                    share[e] = acc[e] / t
+                    pvar[e] = (1.0 - share[e]) * share[e] / t
+            else:  # an all-zero layer stays zero
+                for e in range(l * E, (l + 1) * E):
+                    share[e] = 0.0
+                    pvar[e] = (1.0 - 0.0) * 0.0
+        for e in range(LE):
+            var[e] = keep2[e] * pvar[e] + own_var[e]
 
     def blend_keys(self, Py_ssize_t lo, Py_ssize_t hi):
         """blend_one on keys lo..hi - 1: P + mix (own - P)."""
-        cdef Py_ssize_t r = self.r, e
-        cdef double p, t
+        cdef Py_ssize_t e
+        cdef const double* p = &self.parts[self.r, SHARE, 0]
+        cdef const double* own = &self.own[self.r, 0]
+        cdef const double* mix = &self.mix[self.r, 0]
+        cdef double* out = &self.blend[self.r, 0]
         for e in range(lo, hi):
-            p = self.parts[r, SHARE, e]
-            t = self.own[r, e] - p
-            t = t * self.mix[r, e]
-            self.blend[r, e] = t + p
+            out[e] = (own[e] - p[e]) * mix[e] + p[e]
 
 
 def propose(const double[::1] score, const double[::1] w, const double[::1] apen, plane,
