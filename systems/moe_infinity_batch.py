@@ -1,6 +1,9 @@
 """moe_infinity's batch path: one MoE layer of R > 1 member requests of a RequestTable
 (systems/moe_infinity_requests.py) at once, as array operations over their rows, and the
-variance of the predicted reuse at a few keys over several requests.
+variance of the predicted reuse at a few keys over several requests. With the compiled
+kernels built (systems/moe_infinity_fast.pyx), the predicted EAM and the blend go row by row
+through them instead (predict_and_blend): a C loop over one row costs less than these
+gathers and whole-array passes over every member row.
 
 Each function gives, row by row, the bits of the single-request path in that module (the
 same integer sums, the same elementwise IEEE operations in the same order); the golden and
