@@ -11,7 +11,7 @@ index as numpy's argmax does. tests/test_moe_infinity_fast.py checks both paths 
 """
 
 from cpython.mem cimport PyMem_Free, PyMem_Malloc
-from libc.math cimport sqrt
+from libc.math cimport INFINITY, sqrt
 from libc.string cimport memcpy
 
 cdef enum:
@@ -221,3 +221,37 @@ cdef inline double _var_max(const double[:, :] v, Py_ssize_t* rw, Py_ssize_t nr,
         if y > x:
             x = y
     return x
+
+
+def lowest_evictable(double[::1] ranks, candidates):
+    """moe_infinity_ranks.lowest_evictable: repeated argmin (the first of equal values, as
+    numpy's), skipping keys not in `candidates` (None: any) by setting them to inf until
+    the search ends, then restoring them. Returns the key, or -1 when only inf is left."""
+    cdef Py_ssize_t k, key = -1, n = ranks.shape[0]
+    cdef list skipped = []
+    while True:
+        k = _argmin(&ranks[0], n)
+        if ranks[k] == INFINITY:
+            break
+        if candidates is None or k in candidates:
+            key = k
+            break
+        skipped.append((k, ranks[k]))
+        ranks[k] = INFINITY  # in use by the running layer or still in flight
+    for k, value in skipped:
+        ranks[k] = value
+    return key
+
+
+cdef inline Py_ssize_t _argmin(const double* v, Py_ssize_t n) noexcept nogil:
+    """numpy's argmin: the first lowest value, or the first NaN."""
+    cdef Py_ssize_t i, best = 0
+    cdef double low = v[0]
+    if low != low:
+        return 0
+    for i in range(1, n):
+        if v[i] < low:
+            low, best = v[i], i
+        elif v[i] != v[i]:
+            return i
+    return best

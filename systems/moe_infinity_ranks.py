@@ -10,13 +10,18 @@ from __future__ import annotations
 
 import numpy as np
 
+from systems import moe_infinity_requests as requests
+
 _FEW = 8  # up to this many experts routed in the running layer, skipping them one by one is
 # cheaper than the walk of its block (batch 1 decodes route top_k)
 
 
 def lowest_evictable(ranks: np.ndarray, candidates=None) -> int:
     """The key of lowest rank (ties: lowest key) among `candidates` if given; -1 if none.
-    Skipped keys are set to inf while searching and restored after."""
+    Skipped keys are set to inf while searching and restored after (the compiled kernel
+    when built: the same search in C)."""
+    if requests.FAST is not None:
+        return requests.FAST.lowest_evictable(ranks, candidates)
     skipped = []
     key = -1
     while True:

@@ -92,3 +92,22 @@ def test_proposal_kernel_is_the_numpy_rule(seed):
                         propose.admitted(score, w, apen, victim, margin, m, var_of, var_at))
                 got = requests.FAST.propose(score, w, apen, var_plane, rows, victim, margin, m)
                 assert got == want, (rows, victim, margin)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_lowest_evictable_kernel_is_the_numpy_search(seed, monkeypatch):
+    """Ranks with ties and inf (absent keys), candidates of every size: the same key, and
+    the ranks restored after the search."""
+    from systems import moe_infinity_ranks as ranks_mod
+
+    rng = np.random.default_rng(seed)
+    ranks = np.where(rng.random(96) < 0.4, np.inf, rng.integers(0, 6, 96) / 4.0)
+    for frac in (0.0, 0.05, 0.5, 1.0):
+        cands = {int(k) for k in np.flatnonzero(rng.random(96) < frac)}
+        for c in (cands, None):
+            before = ranks.copy()
+            got = requests.FAST.lowest_evictable(ranks, c)
+            assert np.array_equal(ranks, before)
+            monkeypatch.setattr(requests, "FAST", None)
+            assert ranks_mod.lowest_evictable(ranks, c) == got
+            monkeypatch.undo()
