@@ -21,8 +21,10 @@ PIP := $(PY) -m pip install --quiet --disable-pip-version-check
 .PHONY: reproduce-table1 reproduce-zoo reproduce-all figures audit-prefetch test lint bench-sim \
 	bench-policies bench-behaviour bench-backend clean-results
 
-# setup.py compiles the engine's fast core (harness/sim/fast_*.pyx) in place: edits rebuild it.
-$(STAMP): pyproject.toml setup.py $(wildcard harness/sim/fast_*.pyx harness/sim/fast_*.pxd)
+# setup.py compiles the engine's fast core (harness/sim/fast_*.pyx) and the policies' optional
+# kernels (systems/*.pyx) in place: edits rebuild them.
+$(STAMP): pyproject.toml setup.py $(wildcard harness/sim/fast_*.pyx harness/sim/fast_*.pxd \
+	systems/*.pyx systems/*.pxd)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) -e '.[dev,plots]'
 	touch $(STAMP)
