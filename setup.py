@@ -1,9 +1,11 @@
 """Builds the compiled engine core (harness/sim/fast_*.pyx, C++ via Cython) and
-moe_infinity's kernels (systems/moe_infinity_fast.pyx, C) in place.
+moe_infinity's and fMoE's kernels (systems/moe_infinity_fast.pyx, systems/fmoe_fast.pyx,
+C) in place.
 
 Everything else is in pyproject.toml. The extensions are optional: without a C++ compiler
 the install still succeeds and the engine runs its pure-Python reference core
-(harness/sim/cores.py; `engine_core` in the config), moe_infinity its numpy code."""
+(harness/sim/cores.py; `engine_core` in the config), moe_infinity its numpy code,
+fMoE its python loops."""
 
 from Cython.Build import cythonize
 from setuptools import Extension, setup
@@ -14,5 +16,8 @@ extensions = [Extension(f"harness.sim.{name}", [f"harness/sim/{name}.pyx"], lang
 # -ffp-contract=off: a * b + c stays two roundings, as in numpy (bit-identical decisions)
 extensions.append(Extension("systems.moe_infinity_fast", ["systems/moe_infinity_fast.pyx"],
                             extra_compile_args=["-O2", "-ffp-contract=off"], optional=True))
+# fMoE's eviction edits and trajectory step (systems/fmoe_kernels.py), the same contract
+extensions.append(Extension("systems.fmoe_fast", ["systems/fmoe_fast.pyx"],
+                            extra_compile_args=["-O3", "-ffp-contract=off"], optional=True))
 
 setup(ext_modules=cythonize(extensions, language_level=3, quiet=True))

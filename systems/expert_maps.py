@@ -2,7 +2,8 @@
 de-duplication, semantic and incremental trajectory matching, and the delta rule.
 
 Kept apart from the policy so the matching can be timed and tested on its own
-(`ExpertMapStore.match`). numpy only.
+(`ExpertMapStore.match`). numpy, and the compiled trajectory step where built
+(fmoe_kernels.py).
 
 Portable (docs/trace-format.md, "Portable determinism"): maps, queries and unit vectors are
 float64 on the grid of multiples of 2**-24 (float16 probabilities already are), so every
@@ -22,6 +23,7 @@ import bisect
 import numpy as np
 
 from core.numerics import on_grid
+from systems import fmoe_kernels
 from systems.expert_maps_rdy import ChunkRedundancy
 from systems.expert_maps_trajectory import TrajectoryState, observe
 
@@ -77,6 +79,10 @@ class ExpertMapStore:
         self.kind = np.zeros(capacity, np.int8)
         self.n = 0
         self.replaced = 0
+        # cols32 holds the maps exactly (grid values in [0, 1]): the compiled trajectory step
+        # (fmoe_kernels) may read it for exact products; a map outside that range turns it off
+        self.exact32 = True
+        self.fast = fmoe_kernels.FAST
 
     def add(self, maps: np.ndarray, embs: np.ndarray | None, has_emb: np.ndarray,
             kinds: np.ndarray, chunk: int = 256) -> None:
@@ -126,6 +132,8 @@ class ExpertMapStore:
         None: the chunk came without embeddings."""
         self.maps[:, at] = maps.transpose(1, 0, 2)
         self.cols32[:, :, at] = maps.transpose(1, 2, 0)
+        self.exact32 = self.exact32 and bool(np.array_equal(self.cols32[:, :, at],
+                                                            maps.transpose(1, 2, 0)))
         self.order[:, at], self.mass[:, at] = order.transpose(1, 0, 2), mass.transpose(1, 0, 2)
         for k, v in inv.items():
             self.inv_prefix[k][:, at] = v.T
@@ -219,7 +227,7 @@ class ExpertMapStore:
                 out.extend((layer, m[0], m[1]) for layer in self.active[kind][:distance])
         if self.n == 0:
             return out
-        state, active = TrajectoryState(self.n, kind), self.active[kind]
+        state, active = TrajectoryState(self.n, kind, 1, self.fast), self.active[kind]
         for pos in range(len(active) - distance):
             idx, score = self.observe(state, pos, probs[active[pos]])
             out.append((active[pos + distance], idx, score))

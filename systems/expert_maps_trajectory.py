@@ -13,7 +13,9 @@ products, the layer sums and the input roundings), and so is each approximate co
 the query's norm, common to its maps. Every map whose cosine can equal the best is within
 3 rel_err of the best approximate one; those few (usually one) get exact float64 dot products,
 kept and extended as layers come, and the best is taken among them: the map and the cosine
-of the all-float64 computation.
+of the all-float64 computation. Where the compiled step is built (fmoe_kernels.py), every
+store keeps exact dot products of every map, computed from the float32 block (which holds the
+grid values exactly: `exact32`) in one compiled pass: the same map and cosine again.
 """
 
 from __future__ import annotations
@@ -34,14 +36,17 @@ class TrajectoryState:
     Small stores: dots [m, n], the exact dot products over the observed layers. Large ones:
     approx [m, n] float32 within rel_err of them, and exact ones of the candidates."""
 
-    __slots__ = ("kind", "layers", "queries", "query_sq", "dots", "approx", "exact")
+    __slots__ = ("kind", "layers", "queries", "query_sq", "dots", "approx", "exact", "fast")
 
-    def __init__(self, n: int, kind: int, m: int = 1):
+    def __init__(self, n: int, kind: int, m: int = 1, fast=None):
         self.kind = kind
         self.layers: list[int] = []  # the observed layers, in order
         self.queries: np.ndarray | None = None  # [m, P, E] their query rows (large stores)
         self.query_sq = [0.0] * m  # exact: sums of squares of grid values
-        small = n <= SMALL_STORE
+        # fast (fmoe_kernels.FAST): every store keeps exact dots, the compiled step
+        # computes them from the float32 block (grid values: exact) in one pass
+        self.fast = fast
+        small = n <= SMALL_STORE or fast is not None
         self.dots = np.zeros((m, n)) if small else None
         self.approx = None if small else np.zeros((m, n), np.float32)
         # per query: {map index: (exact dot product, layers it covers)}
@@ -55,6 +60,10 @@ def observe(store, state: TrajectoryState, pos: int, queries: np.ndarray):
     layer = store.active[state.kind][pos]
     half = queries.dtype == np.float16  # float16 values are on the grid (and exact in float32)
     q = queries.astype(np.float64) if half else on_grid(queries, GRID_BITS)  # [m, E]
+    if state.fast is not None and store.exact32:  # the whole step compiled, the same values
+        state.layers.append(layer)
+        inv = store.inv_prefix[state.kind][pos, :state.dots.shape[1]]
+        return state.fast.traj_step(store.cols32[layer], q, state.dots, inv, state.query_sq)
     if state.dots is None:  # kept for the candidates' exact dot products
         if state.queries is None:
             state.queries = np.zeros((m, len(store.active[state.kind]), store.E))

@@ -19,11 +19,13 @@ issued (modelled, never measured), and the engine takes it at its next hook. Cho
 divergences and the sweeps behind the defaults: docs/systems.md.
 
 Cost (every decision is that of the plain float64 rules, bit for bit): the m requests of an
-iteration are matched together, one float32 [m, E] @ [E, maps] product per layer with exact
-float64 checks of the few maps that can be the best (expert_maps.observe_many); the store's
-replacement search likewise (expert_maps_rdy.py); the eviction state is python lists and its
-victim order is edited per change, not rebuilt (fmoe_eviction.py, victim_order.py); the
-per-hook work on predictions is python lists (fmoe_predictions.py).
+iteration are matched together, one pass over the layer's [E, maps] block per layer: compiled,
+exact float64 products of every map (systems/fmoe_fast.pyx, when built), else a float32
+product with exact float64 checks of the few maps that can be the best
+(expert_maps.observe_many); the store's replacement search likewise (expert_maps_rdy.py); the
+eviction state is python lists and its victim order is edited per change, not rebuilt, by
+compiled loops over those lists when built (fmoe_eviction.py, victim_order.py,
+fmoe_kernels.py); the per-hook work on predictions is python lists (fmoe_predictions.py).
 """
 
 from __future__ import annotations
@@ -197,7 +199,7 @@ class FMoE(System):
         if not want_traj:
             return
         if self.traj is None:
-            self.traj = TrajectoryState(self.store.n, self.kind, len(members))
+            self.traj = TrajectoryState(self.store.n, self.kind, len(members), self.store.fast)
         idx, score = self.store.observe_many(self.traj, pos, queries)
         self.stats["trajectory_matches"] += len(members)
         for x in self._predictions(active[target], idx, score, now_ms + self._match_ms()):
@@ -289,11 +291,13 @@ class FMoE(System):
         if self.ctx.max_batch > 1:
             g = self.grouped.get(key // self.E)
             return 0.0 if g is None else g.use.get(key, 0.0)
-        best = 0.0
-        for x in self.expected_for:
-            u = x.use(self.ctx.top_k).get(key)
-            if u is not None and u > best:
-                best = u
+        best, top_k = 0.0, self.ctx.top_k
+        for x in self.expected_for:  # expected_use's value for this key, one prediction each
+            p = x.prob_of().get(key)
+            if p is not None:
+                u = max(x.score, 0.0) * min(1.0, top_k * p)
+                if u > best:
+                    best = u
         return best
 
     def on_load(self, key, demand, now_ms):

@@ -7,7 +7,9 @@ experts, a prediction's keys, a load), where a list index costs a fraction of a 
 scalar access, and a prediction's block of E keys is a list slice. Python floats are IEEE
 doubles, so p * freq + penalty has the bits numpy's float64 arrays gave. Changes are
 recorded and the victim order is edited once, when a victim is next asked for (`flush`);
-numpy arrays are built only to rebuild the order (rare).
+numpy arrays are built only to rebuild the order (rare). Where built (fmoe_kernels.py), the
+per-key loops (a use, a protection, the flush's edit, the order's update) run compiled over
+these same lists, with the same double operations.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import math
 
 import numpy as np
 
+from systems import fmoe_kernels
 from systems.victim_order import VictimOrder
 
 # Added to the p * freq (<= 1 * iterations) of protected keys: a prefetch never evicts them,
@@ -39,6 +42,10 @@ class EvictionScores:
         self.raised: set[int] = set()
         self.moved: set[int] = set()
         self.layers: set[int] = set()
+        # The compiled loops (fmoe_kernels), over these same lists; None: the python ones.
+        fast = fmoe_kernels.FAST
+        self.kernel = None if fast is None else fast.ScoreKernel(self)
+        self.victims.fast = fast
 
     def vscore(self) -> np.ndarray:
         """p * freq where resident, else inf [L*E]."""
@@ -47,6 +54,9 @@ class EvictionScores:
     # ---- changes -------------------------------------------------------------------------
     def route(self, layer: int, experts: list[int], clock: int) -> None:
         """The layer ran the (distinct) experts at `clock`: a use each (entries rise)."""
+        if self.kernel is not None:
+            self.kernel.route(layer, experts, clock, self.raised)
+            return
         lo, freq, last_use = layer * self.E, self.freq, self.last_use
         for e in experts:
             freq[lo + e] += 1.0
@@ -71,6 +81,10 @@ class EvictionScores:
     def protect(self, dropped: list[int], added: list[int], counted: bool) -> None:
         """Keys of predictions no longer usable lose protection, those of new ones gain it;
         `counted` (several requests): a key stays protected while any prediction names it."""
+        if self.kernel is not None:
+            self.kernel.protect(dropped, added, counted, PROTECTED_TIER, self.raised,
+                                self.moved)
+            return
         if counted:
             for k in dropped:
                 self.protect_cnt[k] -= 1
@@ -128,6 +142,10 @@ class EvictionScores:
         self.raised, self.moved, self.layers = set(), set(), set()
         entries, E = self.victims.entries, self.E
         if entries is None:
+            return
+        if self.kernel is not None:
+            self.victims.entries = self.kernel.flush(entries, raised, moved, layers,
+                                                     self.victims.keep)
             return
         gone = moved.union(*(range(layer * E, (layer + 1) * E) for layer in layers))
         kept, back = [], []

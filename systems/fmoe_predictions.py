@@ -17,25 +17,25 @@ class Prediction:
     keys: [k'] layer * E + expert ids, most probable first; probs: [k'] their probabilities;
     row: [E] the layer's probabilities (the eviction p). Python lists."""
 
-    __slots__ = ("layer", "ready_ms", "keys", "probs", "row", "score", "applied", "_use")
+    __slots__ = ("layer", "ready_ms", "keys", "probs", "row", "score", "applied", "_prob_of")
 
     def __init__(self, layer, ready_ms, keys, probs, row, score=1.0):
         self.layer, self.ready_ms = layer, ready_ms
         self.keys, self.probs, self.row = _list(keys), _list(probs), _list(row)
         self.score = score  # the match's cosine
         self.applied = False  # its row has been written into the eviction probabilities
-        self._use: dict[int, float] | None = None
+        self._prob_of: dict[int, float] | None = None
 
-    def use(self, top_k: int) -> dict[int, float]:
-        """expected_use of this prediction alone (built once)."""
-        if self._use is None:
-            self._use = expected_use([self], top_k)
-        return self._use
+    def prob_of(self) -> dict[int, float]:
+        """{key: probability} of the predicted keys (built once: admission asks often)."""
+        if self._prob_of is None:
+            self._prob_of = dict(zip(self.keys, self.probs))
+        return self._prob_of
 
     def copy(self) -> Prediction:
         """The same prediction, not yet applied (a semantic match queued again)."""
         x = Prediction(self.layer, self.ready_ms, self.keys, self.probs, self.row, self.score)
-        x._use = self._use
+        x._prob_of = self._prob_of
         return x
 
 

@@ -11,7 +11,8 @@ prefix: every key outside it ranks after all of it), built once and edited on ea
 - it re-enters iff its new entry ranks before the last kept one (else it ranks after all).
 
 So edits only shrink the prefix (and cut it back to KEEP entries); it is rebuilt when empty,
-or deeper when every key in it was busy.
+or deeper when every key in it was busy. `update` runs compiled when its owner sets `fast`
+(fmoe_kernels.py): the same edit.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ class VictimOrder:
     def __init__(self):
         self.entries: list[tuple[float, int, int]] | None = None
         self.keep = KEEP  # edits cut the prefix back to this; a deepened one keeps its length
+        self.fast = None  # fmoe_kernels.FAST when the owner runs compiled: update() there
 
     def invalidate(self) -> None:
         self.entries = None
@@ -59,6 +61,10 @@ class VictimOrder:
         """`key`'s entry changed to (score, last_use) (a load, or inf for an eviction)."""
         entries = self.entries
         if entries is None:
+            return
+        if self.fast is not None:
+            if not self.fast.order_update(entries, key, score, last_use, self.keep):
+                self.entries = None
             return
         for i, e in enumerate(entries):
             if e[2] == key:

@@ -1,0 +1,204 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
+"""Compiled twins of fMoE's hottest per-hook loops (systems/fmoe_kernels.py chooses): the
+eviction scores' edits (fmoe_eviction.py), the victim order's update (victim_order.py) and
+the trajectory step (expert_maps_trajectory.py). They read and write the same python lists
+and give the same values: the scores are the same IEEE double operations, one rounding each
+(built with -ffp-contract=off: no fused multiply-add), and the trajectory dot products are
+exact (grid values, see expert_maps), so any summation order gives the same bits.
+tests/test_fmoe_fast.py runs both paths."""
+
+from bisect import insort
+
+from libc.math cimport INFINITY, sqrt
+from libc.stdlib cimport calloc, free
+
+
+cdef extern from "fmoe_fast_step.h":
+    void fmoe_traj_add(double *row, const float *cols, long stride, const double *q, long E,
+                       long n) nogil
+
+
+cdef inline bint _before(double s, long u, long k, tuple e):
+    """(s, u, k) < e, as python compares the tuples (no NaN: scores are finite or inf)."""
+    cdef double es = e[0]
+    if s != es:
+        return s < es
+    cdef long eu = e[1]
+    if u != eu:
+        return u < eu
+    return k < <long>e[2]
+
+
+cdef class ScoreKernel:
+    """The per-key lists of one EvictionScores (the same list objects) and scratch marks."""
+
+    cdef list p, freq, last_use, resident, penalty, protect_cnt, visits
+    cdef long E, n
+    cdef char *gone
+    cdef char *rise
+
+    def __init__(self, scores):
+        self.p, self.freq, self.last_use = scores.p, scores.freq, scores.last_use
+        self.resident, self.penalty = scores.resident, scores.penalty
+        self.protect_cnt, self.visits = scores.protect_cnt, scores.visits
+        self.E, self.n = scores.E, len(scores.p)
+        self.gone = <char *>calloc(self.n, 1)
+        self.rise = <char *>calloc(self.n, 1)
+        if self.gone == NULL or self.rise == NULL:
+            raise MemoryError()
+
+    def __dealloc__(self):
+        free(self.gone)
+        free(self.rise)
+
+    def route(self, long layer, list experts, long clock, set raised):
+        """EvictionScores.route."""
+        cdef long lo = layer * self.E, k
+        cdef list freq = self.freq, last_use = self.last_use
+        for e in experts:
+            k = lo + <long>e
+            freq[k] = <double>freq[k] + 1.0
+            last_use[k] = clock
+            raised.add(k)
+        self.visits[layer] = <long>self.visits[layer] + 1
+
+    def protect(self, list dropped, list added, bint counted, double tier, set raised,
+                set moved):
+        """EvictionScores.protect (with its _set_penalty)."""
+        cdef list cnt = self.protect_cnt
+        if counted:
+            for k in dropped:
+                cnt[k] = <long>cnt[k] - 1
+            for k in added:
+                cnt[k] = <long>cnt[k] + 1
+            for k in dropped:
+                self._penalty(k, tier if <long>cnt[k] > 0 else 0.0, raised, moved)
+            for k in added:
+                self._penalty(k, tier if <long>cnt[k] > 0 else 0.0, raised, moved)
+            return
+        for k in dropped:
+            self._penalty(k, 0.0, raised, moved)
+        for k in added:
+            self._penalty(k, tier, raised, moved)
+
+    cdef inline void _penalty(self, long k, double value, set raised, set moved):
+        cdef double old = self.penalty[k]
+        if value != old:
+            self.penalty[k] = value
+            (raised if value > old else moved).add(k)
+
+    def flush(self, list entries, set raised, set moved, set layers, long keep):
+        """EvictionScores.flush's edit of the prefix `entries` (not None, changes recorded):
+        the new prefix, or None when nothing of it is kept. New entries are inserted in any
+        order: their keys differ from each other and from the kept ones, so the sorted result
+        is the same."""
+        cdef long E = self.E, k, lo, i, u
+        cdef char *gone = self.gone
+        cdef char *rise = self.rise
+        cdef list kept = [], back = [], p = self.p, freq = self.freq, pen = self.penalty
+        cdef list res = self.resident, last_use = self.last_use
+        cdef double s, thr
+        cdef tuple e, last
+        for x in moved:
+            gone[<long>x] = 1
+        for x in layers:
+            lo = <long>x * E
+            for k in range(lo, lo + E):
+                gone[k] = 1
+        for x in raised:
+            rise[<long>x] = 1
+        for x in entries:
+            e = <tuple>x
+            k = e[2]
+            if gone[k]:
+                continue
+            if rise[k]:
+                back.append(k)
+            else:
+                kept.append(e)
+        for x in raised:
+            rise[<long>x] = 0
+        if not kept:
+            self._clear(moved, layers)
+            return None
+        last = kept[len(kept) - 1]
+        thr = last[0]
+        for x in back:
+            self._offer(<long>x, thr, last, kept)
+        for x in moved:
+            k = x
+            if (k // E) not in layers:
+                self._offer(k, thr, last, kept)
+        for x in layers:
+            lo = <long>x * E
+            for k in range(lo, lo + E):
+                s = (<double>p[k] * <double>freq[k] + <double>pen[k]) if res[k] else INFINITY
+                if s <= thr:
+                    u = last_use[k]
+                    if _before(s, u, k, last):
+                        insort(kept, (s, u, k))
+        self._clear(moved, layers)
+        del kept[keep:]
+        return kept
+
+    cdef void _offer(self, long k, double thr, tuple last, list kept):
+        cdef double s = ((<double>self.p[k] * <double>self.freq[k]) if self.resident[k]
+                         else INFINITY) + <double>self.penalty[k]
+        cdef long u
+        if s <= thr:
+            u = self.last_use[k]
+            if _before(s, u, k, last):
+                insort(kept, (s, u, k))
+
+    cdef void _clear(self, set moved, set layers):
+        cdef long k, lo
+        for x in moved:
+            self.gone[<long>x] = 0
+        for x in layers:
+            lo = <long>x * self.E
+            for k in range(lo, lo + self.E):
+                self.gone[k] = 0
+
+
+def order_update(list entries, long key, double score, long last_use, long keep):
+    """VictimOrder.update on a prefix (not None): False when it became empty."""
+    cdef Py_ssize_t i, n = len(entries)
+    for i in range(n):
+        if <long>(<tuple>entries[i])[2] == key:
+            del entries[i]
+            break
+    if not entries:
+        return False
+    if _before(score, last_use, key, <tuple>entries[len(entries) - 1]):
+        insort(entries, (score, last_use, key))
+        del entries[keep:]
+    return True
+
+
+def traj_step(const float[:, ::1] cols, const double[:, ::1] q, double[:, ::1] dots,
+              const float[::1] inv, list query_sq):
+    """expert_maps_trajectory.observe's step for m queries q [m, E] against n maps: dots
+    [m, n] += q . cols [E, >= n] (float32 map values, exact on the grid: the products and
+    sums are exact doubles, fmoe_fast_step.h), query_sq [m] += |q|^2 (exact); returns (index
+    [m], cosine [m]) of each query's first largest dots * inv, cosine = that / |query|."""
+    cdef Py_ssize_t m = dots.shape[0], n = dots.shape[1], E = q.shape[1], i, j, bj
+    cdef double c, best, sq, qn
+    cdef double *row
+    idx, val = [], []
+    for i in range(m):
+        row = &dots[i, 0]
+        fmoe_traj_add(row, &cols[0, 0], cols.strides[0] // sizeof(float), &q[i, 0], E, n)
+        bj, best = 0, row[0] * <double>inv[0]
+        for j in range(1, n):
+            c = row[j] * <double>inv[j]
+            if c > best:
+                bj, best = j, c
+        sq = 0.0
+        for j in range(E):
+            sq += q[i, j] * q[i, j]
+        sq += <double>query_sq[i]
+        query_sq[i] = sq
+        qn = sqrt(sq)
+        idx.append(bj)
+        val.append(best / qn if qn > 0 else 0.0)
+    return idx, val

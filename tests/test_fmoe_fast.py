@@ -1,0 +1,122 @@
+"""fMoE's compiled loops (systems/fmoe_fast.pyx, chosen by systems/fmoe_kernels.py) against
+the pure-Python reference: the trajectory step on small and large stores, the eviction
+scores' edits op by op, and whole runs whose store exceeds the small-store size (the golden
+settings keep 12 maps), at batch 1 and 4: the same values, the same tables."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from test_golden_systems import table_sha
+
+from harness.runner.config import compose_config
+from harness.runner.run import run_config
+from systems import fmoe_kernels
+from systems.expert_maps import DECODE, PREFILL, ExpertMapStore, TrajectoryState
+from systems.expert_maps_trajectory import SMALL_STORE
+from systems.fmoe_eviction import PROTECTED_TIER, EvictionScores
+
+pytestmark = pytest.mark.skipif(fmoe_kernels.FAST is None,
+                                reason="systems.fmoe_fast not built (pip install -e .)")
+
+
+@pytest.fixture
+def python_only(monkeypatch):
+    """Builds after this run the python loops."""
+    def off():
+        monkeypatch.setattr(fmoe_kernels, "FAST", None)
+    return off
+
+
+@pytest.mark.parametrize("n", [40, SMALL_STORE + 60])
+@pytest.mark.parametrize("half", [True, False])
+def test_trajectory_step_equals_python(n, half, python_only):
+    rng = np.random.default_rng(n)
+    L, E = 5, 16
+    maps = rng.dirichlet(np.full(E, 0.3), size=(n, L)).astype(np.float32)
+    maps[n // 2] = maps[n // 3]  # an exact tie: the first index wins
+    queries = [maps[i] for i in range(0, n, 7)]
+    queries += [rng.dirichlet(np.ones(E), size=L).astype(np.float32) for _ in range(4)]
+    queries = [q.astype(np.float16) if half else q for q in queries]
+    fast = ExpertMapStore(n, L, E, 1)
+    python_only()
+    slow = ExpertMapStore(n, L, E, 1)
+    for store in (fast, slow):
+        store.add(maps, None, np.zeros(n, bool), np.ones(n, np.int8))
+    assert fast.fast is not None and fast.exact32 and slow.fast is None
+    for kind in (PREFILL, DECODE):
+        states = [TrajectoryState(n, kind, len(queries), s.fast) for s in (fast, slow)]
+        for pos in range(L):
+            q = np.stack([x[pos] for x in queries])
+            assert fast.observe_many(states[0], pos, q) == slow.observe_many(states[1], pos, q)
+
+
+def _ops(rng, L, E, steps):
+    """A random stream of the eviction state's changes and questions."""
+    n, clock = L * E, 0
+    for _ in range(steps):
+        what = rng.integers(7)
+        if what == 0:
+            clock += 1
+            yield "route", int(rng.integers(L)), sorted(set(rng.integers(E, size=3).tolist())), \
+                clock
+        elif what == 1:
+            rows = [rng.dirichlet(np.ones(E)).tolist() for _ in range(rng.integers(1, 4))]
+            yield "set_p", int(rng.integers(L)), rows, bool(rng.integers(2))
+        elif what == 2:
+            yield "protect", rng.integers(n, size=3).tolist(), rng.integers(n, size=4).tolist()
+        elif what in (3, 4):
+            yield ("load" if what == 3 else "evict"), int(rng.integers(n))
+        else:
+            yield "order", bool(rng.integers(4) == 0)
+
+
+@pytest.mark.parametrize("counted", [False, True])
+def test_eviction_edits_equal_python(counted, python_only):
+    rng = np.random.default_rng(3 + counted)
+    L, E = 4, 24
+    fast = EvictionScores(L, E)
+    python_only()
+    slow = EvictionScores(L, E)
+    assert fast.kernel is not None and slow.kernel is None
+    for op in _ops(rng, L, E, 3000):
+        got = []
+        for s in (fast, slow):
+            if op[0] == "route":
+                s.route(*op[1:])
+            elif op[0] == "set_p":
+                s.set_p(*op[1:])
+            elif op[0] == "protect":
+                # protect's contract: dropped keys were added before (counts stay >= 0)
+                held = [k for k in op[1] if s.protect_cnt[k] > 0] if counted else op[1]
+                s.protect(held, op[2], counted)
+            elif op[0] in ("load", "evict"):
+                getattr(s, op[0])(op[1])
+            else:
+                entries = s.order(deeper=op[1])
+                got.append(None if entries is None else list(entries))
+        assert fast.victims.entries == slow.victims.entries, op
+        assert len(got) in (0, 2) and (not got or got[0] == got[1]), op
+    for name in ("p", "freq", "last_use", "resident", "penalty", "protect_cnt", "visits"):
+        assert getattr(fast, name) == getattr(slow, name), name
+    assert max(fast.penalty) in (0.0, PROTECTED_TIER)
+
+
+@pytest.mark.parametrize("batch", [1, 4])
+def test_runs_with_a_large_store_equal_python(batch, python_only, tmp_path):
+    # 40 calibration requests of 8 steps: 320 maps, more than SMALL_STORE, into 300 rows
+    # (replacements); the run's requests add theirs.
+    overrides = ["experiment=table1", "workload.prompt_len=48", "workload.output_len=8",
+                 "workload.num_requests=10", "calibration_requests=40", "expert_cache_gb=4",
+                 f"max_batch={batch}", "progress=false", "system=fmoe",
+                 "system.store_capacity=300"]
+
+    def run(name):
+        cfg = compose_config(overrides, run_name=name, results_dir=str(tmp_path))
+        result = run_config(cfg)
+        assert result["status"] == "valid"
+        return result["metrics"], table_sha(tmp_path / result["_run_dir"])
+
+    fast = run("fast")
+    python_only()
+    assert fast == run("python")
