@@ -79,7 +79,7 @@ class ExpertMapStore:
         self.kind = np.zeros(capacity, np.int8)
         self.n = 0
         self.replaced = 0
-        # cols32 holds the maps exactly (grid values in [0, 1]): the compiled trajectory step
+        # cols32 holds the maps exactly (grid values in [-1, 1]): the compiled trajectory step
         # (fmoe_kernels) may read it for exact products; a map outside that range turns it off
         self.exact32 = True
         self.fast = fmoe_kernels.FAST
@@ -132,8 +132,8 @@ class ExpertMapStore:
         None: the chunk came without embeddings."""
         self.maps[:, at] = maps.transpose(1, 0, 2)
         self.cols32[:, :, at] = maps.transpose(1, 2, 0)
-        self.exact32 = self.exact32 and bool(np.array_equal(self.cols32[:, :, at],
-                                                            maps.transpose(1, 2, 0)))
+        # grid values (multiples of 2**-24) in [-1, 1] are exact in float32
+        self.exact32 = self.exact32 and -1.0 <= float(maps.min()) and float(maps.max()) <= 1.0
         self.order[:, at], self.mass[:, at] = order.transpose(1, 0, 2), mass.transpose(1, 0, 2)
         for k, v in inv.items():
             self.inv_prefix[k][:, at] = v.T

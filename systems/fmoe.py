@@ -30,8 +30,6 @@ fmoe_kernels.py); the per-hook work on predictions is python lists (fmoe_predict
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
 from core.blocks import block_expert_counts
@@ -44,7 +42,7 @@ from systems.expert_maps import (
     TrajectoryState,
     unit,
 )
-from systems.fmoe_eviction import PROTECTED_TIER, EvictionScores
+from systems.fmoe_eviction import EvictionScores
 from systems.fmoe_predictions import (
     LayerGroup,
     Prediction,
@@ -310,19 +308,9 @@ class FMoE(System):
         admission (`_admits`) is declined."""
         if not candidates.full:
             return None
-        entries = self.scores.order()  # the kept prefix, edited for the changes so far
-        key = None
-        while key is None:
-            for low, _, k in entries:
-                if low == math.inf or (not demand and low >= PROTECTED_TIER):
-                    return None
-                if k in candidates:
-                    key = k
-                    break
-            else:  # every key of the kept prefix is busy: a longer one
-                entries = self.scores.order(deeper=True)
-                if entries is None:
-                    return None  # every key busy
+        key = self.scores.victim(candidates, demand)
+        if key is None:
+            return None
         if not demand and self.margin is not None and not self._admits(incoming, key):
             # A diagnostic count of the declines answered (describe()); no decision reads it.
             self.stats["admission_declined"] += 1

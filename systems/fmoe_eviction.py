@@ -118,6 +118,24 @@ class EvictionScores:
         self.victims.update(key, math.inf, self.last_use[key])
 
     # ---- the order -----------------------------------------------------------------------
+    def victim(self, candidates, demand: bool) -> int | None:
+        """The first key of the order that `candidates` holds; None when the order reaches a
+        non-resident key, a protected one for a prefetch (not `demand`), or its end."""
+        entries = self.order()  # the kept prefix, edited for the changes so far
+        while True:
+            if self.kernel is not None:
+                k = self.victims.fast.first_victim(entries, candidates, demand, PROTECTED_TIER)
+                if k != -2:
+                    return None if k == -1 else k
+            else:
+                for low, _, k in entries:
+                    if low == math.inf or (not demand and low >= PROTECTED_TIER):
+                        return None
+                    if k in candidates:
+                        return k
+            entries = self.order(deeper=True)  # every key of the kept prefix is busy
+            if entries is None:
+                return None  # every key busy
     def order(self, deeper: bool = False):
         """The victim order's kept prefix [(score, last_use, key)], edited for the changes;
         `deeper`: a longer one (None when the kept one holds every key)."""

@@ -202,3 +202,57 @@ def traj_step(const float[:, ::1] cols, const double[:, ::1] q, double[:, ::1] d
         idx.append(bj)
         val.append(best / qn if qn > 0 else 0.0)
     return idx, val
+
+
+def first_victim(list entries, candidates, bint demand, double tier):
+    """fmoe's victim scan of the prefix: the first key `candidates` holds; -1: none may go
+    (a non-resident entry, or a protected one for a prefetch); -2: every key of it is busy."""
+    cdef double low
+    cdef tuple e
+    for x in entries:
+        e = <tuple>x
+        low = e[0]
+        if low == INFINITY or (not demand and low >= tier):
+            return -1
+        if e[2] in candidates:
+            return e[2]
+    return -2
+
+
+def delta_one(const float[::1] mass, const int[::1] order, const double[::1] row,
+              double score, long top_k, double smooth, long lo):
+    """expert_maps.delta_ids and from_store's prediction parts for one stored row: None for a
+    row without tokens, else (keys, probabilities, row) as lists; the row smoothed toward
+    1 / E by `smooth` (0: as stored), by numpy's operations in the same order."""
+    cdef Py_ssize_t E = mass.shape[0], a = 0, b = E, mid, count, j
+    cdef double d = 1.0 - score, s = 1.0 - smooth, t
+    if <double>mass[E - 1] <= 0:
+        return None
+    if not (d > 0.0):  # min(1.0, max(0.0, 1 - score)), as python's min and max pick
+        d = 0.0
+    if not (d < 1.0):
+        d = 1.0
+    while a < b:  # bisect.bisect_left over the float32 masses read as doubles
+        mid = (a + b) // 2
+        if <double>mass[mid] < d:
+            a = mid + 1
+        else:
+            b = mid
+    count = a + 1
+    if count < top_k:
+        count = top_k
+    if count > E:
+        count = E
+    vals = [0.0] * E
+    if smooth != 0.0:
+        t = smooth / E
+        for j in range(E):
+            vals[j] = s * row[j] + t
+    else:
+        for j in range(E):
+            vals[j] = row[j]
+    keys, probs = [], []
+    for j in range(count):
+        keys.append(lo + order[j])
+        probs.append(vals[order[j]])
+    return keys, probs, vals

@@ -52,6 +52,12 @@ def from_store(store, layer: int, idx: list[int], score: list[float], ready_ms: 
     (lists): the store may replace them while a prediction waits."""
     one = len(idx) == 1
     pick = score if delta else [1.0] * len(idx)
+    if one and store.fast is not None:  # compiled: the same lists (fmoe_kernels)
+        j = idx[0]
+        got = store.fast.delta_one(store.mass[layer, j], store.order[layer, j],
+                                   store.maps[layer, j], pick[0], top_k, smooth,
+                                   layer * store.E)
+        return [None if got is None else Prediction(layer, ready_ms, *got, score[0])]
     ids = ([store.delta_ids(layer, idx[0], pick[0], top_k)] if one else
            store.delta_ids_many(layer, idx, pick, top_k))
     rows = store.maps[layer, idx[0]][None] if one else store.maps[layer, idx]  # [m, E]

@@ -15,6 +15,7 @@ from systems import fmoe_kernels
 from systems.expert_maps import DECODE, PREFILL, ExpertMapStore, TrajectoryState
 from systems.expert_maps_trajectory import SMALL_STORE
 from systems.fmoe_eviction import PROTECTED_TIER, EvictionScores
+from systems.fmoe_predictions import from_store
 
 pytestmark = pytest.mark.skipif(fmoe_kernels.FAST is None,
                                 reason="systems.fmoe_fast not built (pip install -e .)")
@@ -51,6 +52,30 @@ def test_trajectory_step_equals_python(n, half, python_only):
             assert fast.observe_many(states[0], pos, q) == slow.observe_many(states[1], pos, q)
 
 
+@pytest.mark.parametrize("smooth", [0.0, 0.25])
+def test_predictions_equal_python(smooth, python_only):
+    rng = np.random.default_rng(11)
+    n, L, E = 30, 3, 16
+    maps = rng.dirichlet(np.full(E, 0.2), size=(n, L)).astype(np.float16)
+    maps[5, 1] = 0  # a layer without tokens: no prediction
+    fast = ExpertMapStore(n, L, E, 1)
+    python_only()
+    slow = ExpertMapStore(n, L, E, 1)
+    for store in (fast, slow):
+        store.add(maps, None, np.zeros(n, bool), np.ones(n, np.int8))
+    for layer in range(L):
+        for j in range(n):
+            for score in (-0.5, 0.0, 0.3, 0.8, 1.0, 1.5):
+                for delta in (True, False):
+                    got = [from_store(s, layer, [j], [score], 2.0, 2, smooth, delta)[0]
+                           for s in (fast, slow)]
+                    assert (got[0] is None) == (got[1] is None)
+                    if got[0] is not None:
+                        a, b = got
+                        assert (a.keys, a.probs, a.row, a.score) == (b.keys, b.probs, b.row,
+                                                                     b.score)
+
+
 def _ops(rng, L, E, steps):
     """A random stream of the eviction state's changes and questions."""
     n, clock = L * E, 0
@@ -67,8 +92,11 @@ def _ops(rng, L, E, steps):
             yield "protect", rng.integers(n, size=3).tolist(), rng.integers(n, size=4).tolist()
         elif what in (3, 4):
             yield ("load" if what == 3 else "evict"), int(rng.integers(n))
-        else:
+        elif what == 5:
             yield "order", bool(rng.integers(4) == 0)
+        else:
+            yield "victim", set(rng.integers(n, size=rng.integers(1, n)).tolist()), \
+                bool(rng.integers(2))
 
 
 @pytest.mark.parametrize("counted", [False, True])
@@ -79,7 +107,7 @@ def test_eviction_edits_equal_python(counted, python_only):
     python_only()
     slow = EvictionScores(L, E)
     assert fast.kernel is not None and slow.kernel is None
-    for op in _ops(rng, L, E, 3000):
+    for op in _ops(rng, L, E, 4000):
         got = []
         for s in (fast, slow):
             if op[0] == "route":
@@ -92,6 +120,8 @@ def test_eviction_edits_equal_python(counted, python_only):
                 s.protect(held, op[2], counted)
             elif op[0] in ("load", "evict"):
                 getattr(s, op[0])(op[1])
+            elif op[0] == "victim":
+                got.append(s.victim(*op[1:]))
             else:
                 entries = s.order(deeper=op[1])
                 got.append(None if entries is None else list(entries))
