@@ -220,24 +220,30 @@ def first_victim(list entries, candidates, bint demand, double tier):
 
 
 def delta_one(const float[::1] mass, const int[::1] order, const double[::1] row,
-              double score, long top_k, double smooth, long lo):
+              double score, long top_k, double smooth, long lo, bint many=False):
     """expert_maps.delta_ids and from_store's prediction parts for one stored row: None for a
     row without tokens, else (keys, probabilities, row) as lists; the row smoothed toward
-    1 / E by `smooth` (0: as stored), by numpy's operations in the same order."""
+    1 / E by `smooth` (0: as stored), by numpy's operations in the same order. many: as
+    delta_ids_many counts (every mass below delta; a live row's last mass is > 0)."""
     cdef Py_ssize_t E = mass.shape[0], a = 0, b = E, mid, count, j
     cdef double d = 1.0 - score, s = 1.0 - smooth, t
-    if <double>mass[E - 1] <= 0:
+    if (not (<double>mass[E - 1] > 0)) if many else (<double>mass[E - 1] <= 0):
         return None
     if not (d > 0.0):  # min(1.0, max(0.0, 1 - score)), as python's min and max pick
         d = 0.0
     if not (d < 1.0):
         d = 1.0
-    while a < b:  # bisect.bisect_left over the float32 masses read as doubles
-        mid = (a + b) // 2
-        if <double>mass[mid] < d:
-            a = mid + 1
-        else:
-            b = mid
+    if many:
+        for j in range(E):
+            if <double>mass[j] < d:
+                a += 1
+    else:
+        while a < b:  # bisect.bisect_left over the float32 masses read as doubles
+            mid = (a + b) // 2
+            if <double>mass[mid] < d:
+                a = mid + 1
+            else:
+                b = mid
     count = a + 1
     if count < top_k:
         count = top_k
@@ -256,3 +262,26 @@ def delta_one(const float[::1] mass, const int[::1] order, const double[::1] row
         keys.append(lo + order[j])
         probs.append(vals[order[j]])
     return keys, probs, vals
+
+
+def group_tables(list preds, long top_k):
+    """LayerGroup's tables of predictions `preds`: ({key: best probability}, {key: best
+    expected use}), expected_use's rule: score clipped at 0 times min(1, top_k * p)."""
+    cdef dict best = {}, use = {}
+    cdef double p, sc, tp, u
+    cdef list keys, probs
+    cdef Py_ssize_t i
+    for x in preds:
+        keys, probs, sc = x.keys, x.probs, x.score
+        if 0.0 > sc:  # python's max(score, 0.0)
+            sc = 0.0
+        for i in range(len(keys)):
+            k, po = keys[i], probs[i]
+            p = po
+            if p > <double>best.get(k, -1.0):
+                best[k] = po
+            tp = top_k * p
+            u = sc * (tp if tp < 1.0 else 1.0)
+            if u > <double>use.get(k, -1.0):
+                use[k] = u
+    return best, use

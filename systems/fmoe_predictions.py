@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from systems import fmoe_kernels
+
 
 class Prediction:
     """Experts predicted for one layer of an iteration by one match.
@@ -58,6 +60,12 @@ def from_store(store, layer: int, idx: list[int], score: list[float], ready_ms: 
                                    store.maps[layer, j], pick[0], top_k, smooth,
                                    layer * store.E)
         return [None if got is None else Prediction(layer, ready_ms, *got, score[0])]
+    if store.fast is not None:  # several rows: each as delta_ids_many decides
+        return [None if got is None else Prediction(layer, ready_ms, *got, s)
+                for got, s in ((store.fast.delta_one(store.mass[layer, j], store.order[layer, j],
+                                                     store.maps[layer, j], p, top_k, smooth,
+                                                     layer * store.E, True), s)
+                               for j, p, s in zip(idx, pick, score))]
     ids = ([store.delta_ids(layer, idx[0], pick[0], top_k)] if one else
            store.delta_ids_many(layer, idx, pick, top_k))
     rows = store.maps[layer, idx[0]][None] if one else store.maps[layer, idx]  # [m, E]
@@ -103,6 +111,9 @@ class LayerGroup:
 
     def __init__(self, preds: list[Prediction], top_k: int):
         self.preds = preds
+        if fmoe_kernels.FAST is not None:  # compiled: the same tables
+            self.best_p, self.use = fmoe_kernels.FAST.group_tables(preds, top_k)
+            return
         best: dict[int, float] = {}
         for x in preds:
             for k, p in zip(x.keys, x.probs):

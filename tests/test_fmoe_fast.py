@@ -15,7 +15,7 @@ from systems import fmoe_kernels
 from systems.expert_maps import DECODE, PREFILL, ExpertMapStore, TrajectoryState
 from systems.expert_maps_trajectory import SMALL_STORE
 from systems.fmoe_eviction import PROTECTED_TIER, EvictionScores
-from systems.fmoe_predictions import from_store
+from systems.fmoe_predictions import LayerGroup, from_store
 
 pytestmark = pytest.mark.skipif(fmoe_kernels.FAST is None,
                                 reason="systems.fmoe_fast not built (pip install -e .)")
@@ -53,7 +53,7 @@ def test_trajectory_step_equals_python(n, half, python_only):
 
 
 @pytest.mark.parametrize("smooth", [0.0, 0.25])
-def test_predictions_equal_python(smooth, python_only):
+def test_predictions_equal_python(smooth, python_only, monkeypatch):
     rng = np.random.default_rng(11)
     n, L, E = 30, 3, 16
     maps = rng.dirichlet(np.full(E, 0.2), size=(n, L)).astype(np.float16)
@@ -74,6 +74,20 @@ def test_predictions_equal_python(smooth, python_only):
                         a, b = got
                         assert (a.keys, a.probs, a.row, a.score) == (b.keys, b.probs, b.row,
                                                                      b.score)
+        # several rows at once (a batch): delta_ids_many's rule, and the layer's merged group
+        for delta in (True, False):
+            scores = rng.uniform(-0.2, 1.2, size=n).tolist()
+            got = [from_store(s, layer, list(range(n)), scores, 2.0, 3, smooth, delta)
+                   for s in (fast, slow)]
+            assert [None if x is None else (x.keys, x.probs, x.row, x.score) for x in got[0]] \
+                == [None if x is None else (x.keys, x.probs, x.row, x.score) for x in got[1]]
+            preds = [x for x in got[0] if x is not None]
+            monkeypatch.setattr(fmoe_kernels, "FAST", fast.fast)
+            g = LayerGroup(preds, 3)
+            python_only()
+            h = LayerGroup(preds, 3)
+            assert (list(g.best_p.items()), list(g.use.items())) == (list(h.best_p.items()),
+                                                                     list(h.use.items()))
 
 
 def _ops(rng, L, E, steps):
