@@ -83,6 +83,10 @@ class ExpertMapStore:
         # (fmoe_kernels) may read it for exact products; a map outside that range turns it off
         self.exact32 = True
         self.fast = fmoe_kernels.FAST
+        # While every map is exact in float16 (router probabilities are), the compiled step
+        # streams this copy [L, E, capacity] (float16 bits): half the bytes of cols32.
+        self.cols16 = (None if self.fast is None or not self.fast.HALF_OK else
+                       np.zeros((num_layers, num_experts, capacity), np.uint16))
 
     def add(self, maps: np.ndarray, embs: np.ndarray | None, has_emb: np.ndarray,
             kinds: np.ndarray, chunk: int = 256) -> None:
@@ -123,15 +127,21 @@ class ExpertMapStore:
             src[idx] = i
         at = np.array(rows, np.int64)
         mem = src[at]  # the member each written row ends with
-        order, mass, inv = self._derived(maps[mem], _half(raw[mem]))
-        self._write(at, maps[mem], order, mass, inv, flat[mem],
+        half = _half(raw[mem])
+        order, mass, inv = self._derived(maps[mem], half)
+        self._write(at, maps[mem], half, order, mass, inv, flat[mem],
                     emb[mem] if embs is not None else None, has[mem], kinds[mem])
 
-    def _write(self, at, maps, order, mass, inv, flat, emb, has, kinds) -> None:
-        """Rows `at` [k] := maps [k, L, E] with their derived values; emb [k, D] unit rows,
-        None: the chunk came without embeddings."""
+    def _write(self, at, maps, half, order, mass, inv, flat, emb, has, kinds) -> None:
+        """Rows `at` [k] := maps [k, L, E] (half: the same as float16, or None) with their
+        derived values; emb [k, D] unit rows, None: the chunk came without embeddings."""
         self.maps[:, at] = maps.transpose(1, 0, 2)
         self.cols32[:, :, at] = maps.transpose(1, 2, 0)
+        if self.cols16 is not None:
+            if half is None:
+                self.cols16 = None
+            else:
+                self.cols16[:, :, at] = half.view(np.uint16).transpose(1, 2, 0)
         # grid values (multiples of 2**-24) in [-1, 1] are exact in float32
         self.exact32 = self.exact32 and -1.0 <= float(maps.min()) and float(maps.max()) <= 1.0
         self.order[:, at], self.mass[:, at] = order.transpose(1, 0, 2), mass.transpose(1, 0, 2)

@@ -15,7 +15,8 @@ the query's norm, common to its maps. Every map whose cosine can equal the best 
 kept and extended as layers come, and the best is taken among them: the map and the cosine
 of the all-float64 computation. Where the compiled step is built (fmoe_kernels.py), every
 store keeps exact dot products of every map, computed from the float32 block (which holds the
-grid values exactly: `exact32`) in one compiled pass: the same map and cosine again.
+grid values exactly: `exact32`), or from its float16 copy while every map is exact in
+float16 (half the bytes; F16C), in one compiled pass: the same map and cosine again.
 """
 
 from __future__ import annotations
@@ -63,6 +64,9 @@ def observe(store, state: TrajectoryState, pos: int, queries: np.ndarray):
     if state.fast is not None and store.exact32:  # the whole step compiled, the same values
         state.layers.append(layer)
         inv = store.inv_prefix[state.kind][pos, :state.dots.shape[1]]
+        if store.cols16 is not None:
+            return state.fast.traj_step16(store.cols16[layer], q, state.dots, inv,
+                                          state.query_sq)
         return state.fast.traj_step(store.cols32[layer], q, state.dots, inv, state.query_sq)
     if state.dots is None:  # kept for the candidates' exact dot products
         if state.queries is None:

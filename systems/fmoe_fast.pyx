@@ -16,6 +16,12 @@ from libc.stdlib cimport calloc, free
 cdef extern from "fmoe_fast_step.h":
     void fmoe_traj_add(double *row, const float *cols, long stride, const double *q, long E,
                        long n) nogil
+    void fmoe_traj_add16(double *row, const unsigned short *bits, long stride, const double *q,
+                         long E, long n) nogil
+    int fmoe_half_ok()
+
+# traj_step16 needs F16C (fmoe_fast_step.h); without it stores keep no float16 copy
+HALF_OK = bool(fmoe_half_ok())
 
 
 cdef inline bint _before(double s, long u, long k, tuple e):
@@ -181,13 +187,31 @@ def traj_step(const float[:, ::1] cols, const double[:, ::1] q, double[:, ::1] d
     [m, n] += q . cols [E, >= n] (float32 map values, exact on the grid: the products and
     sums are exact doubles, fmoe_fast_step.h), query_sq [m] += |q|^2 (exact); returns (index
     [m], cosine [m]) of each query's first largest dots * inv, cosine = that / |query|."""
+    cdef Py_ssize_t i
+    for i in range(dots.shape[0]):
+        fmoe_traj_add(&dots[i, 0], &cols[0, 0], cols.strides[0] // sizeof(float), &q[i, 0],
+                      q.shape[1], dots.shape[1])
+    return _best(q, dots, inv, query_sq)
+
+
+def traj_step16(const unsigned short[:, ::1] cols, const double[:, ::1] q,
+                double[:, ::1] dots, const float[::1] inv, list query_sq):
+    """traj_step over the maps' float16 bits (every stored map exact in float16)."""
+    cdef Py_ssize_t i
+    for i in range(dots.shape[0]):
+        fmoe_traj_add16(&dots[i, 0], &cols[0, 0], cols.strides[0] // sizeof(unsigned short),
+                        &q[i, 0], q.shape[1], dots.shape[1])
+    return _best(q, dots, inv, query_sq)
+
+
+cdef tuple _best(const double[:, ::1] q, double[:, ::1] dots, const float[::1] inv,
+                 list query_sq):
     cdef Py_ssize_t m = dots.shape[0], n = dots.shape[1], E = q.shape[1], i, j, bj
     cdef double c, best, sq, qn
     cdef double *row
     idx, val = [], []
     for i in range(m):
         row = &dots[i, 0]
-        fmoe_traj_add(row, &cols[0, 0], cols.strides[0] // sizeof(float), &q[i, 0], E, n)
         bj, best = 0, row[0] * <double>inv[0]
         for j in range(1, n):
             c = row[j] * <double>inv[j]

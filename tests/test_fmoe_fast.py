@@ -29,12 +29,15 @@ def python_only(monkeypatch):
     return off
 
 
-@pytest.mark.parametrize("n", [40, SMALL_STORE + 60])
+@pytest.mark.parametrize("n", [40, SMALL_STORE + 61])
 @pytest.mark.parametrize("half", [True, False])
-def test_trajectory_step_equals_python(n, half, python_only):
+@pytest.mark.parametrize("maps16", [True, False])  # maps exact in float16: the float16 block
+def test_trajectory_step_equals_python(n, half, maps16, python_only):
     rng = np.random.default_rng(n)
-    L, E = 5, 16
+    L, E = 5, 19
     maps = rng.dirichlet(np.full(E, 0.3), size=(n, L)).astype(np.float32)
+    if maps16:
+        maps = maps.astype(np.float16).astype(np.float32)
     maps[n // 2] = maps[n // 3]  # an exact tie: the first index wins
     queries = [maps[i] for i in range(0, n, 7)]
     queries += [rng.dirichlet(np.ones(E), size=L).astype(np.float32) for _ in range(4)]
@@ -45,6 +48,7 @@ def test_trajectory_step_equals_python(n, half, python_only):
     for store in (fast, slow):
         store.add(maps, None, np.zeros(n, bool), np.ones(n, np.int8))
     assert fast.fast is not None and fast.exact32 and slow.fast is None
+    assert (fast.cols16 is not None) == (maps16 and fast.fast.HALF_OK)
     for kind in (PREFILL, DECODE):
         states = [TrajectoryState(n, kind, len(queries), s.fast) for s in (fast, slow)]
         for pos in range(L):
