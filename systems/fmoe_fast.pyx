@@ -16,8 +16,8 @@ from libc.stdlib cimport calloc, free
 cdef extern from "fmoe_fast_step.h":
     void fmoe_traj_add(double *row, const float *cols, long stride, const double *q, long E,
                        long n) nogil
-    void fmoe_traj_add16(double *row, const unsigned short *bits, long stride, const double *q,
-                         long E, long n) nogil
+    void fmoe_traj_add16_many(double *dots, long ldd, const unsigned short *bits, long stride,
+                              const double *q, long m, long E, long n) nogil
     int fmoe_half_ok()
 
 # traj_step16 needs F16C (fmoe_fast_step.h); without it stores keep no float16 copy
@@ -197,10 +197,9 @@ def traj_step(const float[:, ::1] cols, const double[:, ::1] q, double[:, ::1] d
 def traj_step16(const unsigned short[:, ::1] cols, const double[:, ::1] q,
                 double[:, ::1] dots, const float[::1] inv, list query_sq):
     """traj_step over the maps' float16 bits (every stored map exact in float16)."""
-    cdef Py_ssize_t i
-    for i in range(dots.shape[0]):
-        fmoe_traj_add16(&dots[i, 0], &cols[0, 0], cols.strides[0] // sizeof(unsigned short),
-                        &q[i, 0], q.shape[1], dots.shape[1])
+    fmoe_traj_add16_many(&dots[0, 0], dots.strides[0] // sizeof(double), &cols[0, 0],
+                         cols.strides[0] // sizeof(unsigned short), &q[0, 0], dots.shape[0],
+                         q.shape[1], dots.shape[1])
     return _best(q, dots, inv, query_sq)
 
 
