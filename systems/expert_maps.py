@@ -63,8 +63,9 @@ class ExpertMapStore:
                                  DECODE: list(range(num_layers))}
         self.maps = np.zeros((num_layers, capacity, num_experts))  # layer-major, on the grid
         # The same values expert-major and float32, [L, E, capacity]: a trajectory step on a
-        # large store streams one layer's [E, n] block (expert_maps_trajectory).
-        self.cols32 = np.zeros((num_layers, num_experts, capacity), np.float32)
+        # large store streams one layer's [E, n] block (expert_maps_trajectory). Read it by
+        # float32_cols(): not kept while the float16 copy (cols16, below) serves instead.
+        self._cols32: np.ndarray | None = None
         # Per row and layer, for the delta rule: ids by probability (descending, ties lowest
         # id) and the running sum of those probabilities.
         self.order = np.zeros((num_layers, capacity, num_experts), np.int32)
@@ -79,14 +80,23 @@ class ExpertMapStore:
         self.kind = np.zeros(capacity, np.int8)
         self.n = 0
         self.replaced = 0
-        # cols32 holds the maps exactly (grid values in [-1, 1]): the compiled trajectory step
+        # float32 holds the maps exactly (grid values in [-1, 1]): the compiled trajectory step
         # (fmoe_kernels) may read it for exact products; a map outside that range turns it off
         self.exact32 = True
         self.fast = fmoe_kernels.FAST
         # While every map is exact in float16 (router probabilities are), the compiled step
-        # streams this copy [L, E, capacity] (float16 bits): half the bytes of cols32.
+        # streams this copy [L, E, capacity] (float16 bits): half the bytes of float32.
         self.cols16 = (None if self.fast is None or not self.fast.HALF_OK else
                        np.zeros((num_layers, num_experts, capacity), np.uint16))
+        if self.cols16 is None:
+            self._cols32 = np.zeros((num_layers, num_experts, capacity), np.float32)
+
+    def float32_cols(self) -> np.ndarray:
+        """The maps expert-major as float32 [L, E, capacity], built from `maps` (the same
+        float64 -> float32 casts as a write) when only the float16 copy was kept."""
+        if self._cols32 is None:
+            self._cols32 = np.ascontiguousarray(self.maps.transpose(0, 2, 1), np.float32)
+        return self._cols32
 
     def add(self, maps: np.ndarray, embs: np.ndarray | None, has_emb: np.ndarray,
             kinds: np.ndarray, chunk: int = 256) -> None:
@@ -136,12 +146,13 @@ class ExpertMapStore:
         """Rows `at` [k] := maps [k, L, E] (half: the same as float16, or None) with their
         derived values; emb [k, D] unit rows, None: the chunk came without embeddings."""
         self.maps[:, at] = maps.transpose(1, 0, 2)
-        self.cols32[:, :, at] = maps.transpose(1, 2, 0)
+        if self.cols16 is not None and half is None:
+            self.cols16 = None  # from now on the float32 block, built with these rows
+            self.float32_cols()
         if self.cols16 is not None:
-            if half is None:
-                self.cols16 = None
-            else:
-                self.cols16[:, :, at] = half.view(np.uint16).transpose(1, 2, 0)
+            self.cols16[:, :, at] = half.view(np.uint16).transpose(1, 2, 0)
+        if self._cols32 is not None:
+            self._cols32[:, :, at] = maps.transpose(1, 2, 0)
         # grid values (multiples of 2**-24) in [-1, 1] are exact in float32
         self.exact32 = self.exact32 and -1.0 <= float(maps.min()) and float(maps.max()) <= 1.0
         self.order[:, at], self.mass[:, at] = order.transpose(1, 0, 2), mass.transpose(1, 0, 2)

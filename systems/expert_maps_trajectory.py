@@ -67,7 +67,8 @@ def observe(store, state: TrajectoryState, pos: int, queries: np.ndarray):
         if store.cols16 is not None:
             return state.fast.traj_step16(store.cols16[layer], q, state.dots, inv,
                                           state.query_sq)
-        return state.fast.traj_step(store.cols32[layer], q, state.dots, inv, state.query_sq)
+        return state.fast.traj_step(store.float32_cols()[layer], q, state.dots, inv,
+                                    state.query_sq)
     if state.dots is None:  # kept for the candidates' exact dot products
         if state.queries is None:
             state.queries = np.zeros((m, len(store.active[state.kind]), store.E))
@@ -81,7 +82,8 @@ def observe(store, state: TrajectoryState, pos: int, queries: np.ndarray):
         idx = c.argmax(axis=1)
         found = zip(idx.tolist(), c[np.arange(m), idx].tolist())
     else:
-        state.approx += (queries if half else q).astype(np.float32) @ store.cols32[layer, :, :n]
+        block = store.float32_cols()[layer, :, :n]
+        state.approx += (queries if half else q).astype(np.float32) @ block
         found = _filtered(store, state, inv)
     idx, score = [], []
     for i, ((j, best), sq) in enumerate(zip(found, np.einsum("ij,ij->i", q, q).tolist())):

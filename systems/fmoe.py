@@ -100,6 +100,7 @@ class FMoE(System):
         self.p_epoch = [-1] * L  # epoch whose predictions last set a layer's p
         self.epoch = 0  # one per upcoming iteration: its predictions merge by max
         self.pending: list[Prediction] = []
+        self._last_usable: tuple | None = None  # _apply_usable's last question and answer
         self.kind, self.iter, self.pos_now = DECODE, -1, -1
         self.traj: TrajectoryState | None = None  # the iteration's members, in member order
         self.requests: dict[int, dict] = {}
@@ -231,6 +232,13 @@ class FMoE(System):
         """Write the usable predictions for layers still ahead into the eviction p (and their
         protection); returns them. Run at every hook, so `prefetch: false` keeps the maps'
         eviction guidance and differs from `prefetch: true` only by the copies."""
+        # The engine asks again at the same time right after on_layer_routed: with the same
+        # pending list (not appended to), layer and time, the answer and the state are as
+        # the last call left them (its predictions applied, its protection set).
+        again = (self.pending, len(self.pending), now_ms, self.pos_now, self.kind)
+        last = self._last_usable
+        if last is not None and again[0] is last[0] and again[1:] == last[1:-1]:
+            return last[-1]
         pos, pos_now = self.pos[self.kind], self.pos_now
         self.pending = live = [x for x in self.pending if pos[x.layer] > pos_now]
         usable = [x for x in live if x.ready_ms <= now_ms]
@@ -239,6 +247,7 @@ class FMoE(System):
             self._apply_rows(fresh)
         if self.protect_prefetched:
             self._set_protect(usable)
+        self._last_usable = (live, len(live), now_ms, pos_now, self.kind, usable)
         return usable
 
     def _apply_rows(self, fresh: list[Prediction]) -> None:

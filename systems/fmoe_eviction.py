@@ -121,7 +121,9 @@ class EvictionScores:
     def victim(self, candidates, demand: bool) -> int | None:
         """The first key of the order that `candidates` holds; None when the order reaches a
         non-resident key, a protected one for a prefetch (not `demand`), or its end."""
-        entries = self.order()  # the kept prefix, edited for the changes so far
+        if self.raised or self.moved or self.layers:  # order(), inline: asked very often
+            self.flush()
+        entries = self.victims.entries or self.victims.get(self._arrays)
         while True:
             if self.kernel is not None:
                 k = self.victims.fast.first_victim(entries, candidates, demand, PROTECTED_TIER)

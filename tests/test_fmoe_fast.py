@@ -168,3 +168,26 @@ def test_runs_with_a_large_store_equal_python(batch, python_only, tmp_path):
     fast = run("fast")
     python_only()
     assert fast == run("python")
+
+
+def test_float16_copy_gives_way_to_float32(python_only):
+    # Maps exact in float16, then one that is not: the store switches to the float32 block,
+    # built from every map so far, and matches as the python path does.
+    rng = np.random.default_rng(5)
+    n, L, E = 20, 3, 8
+    maps = rng.dirichlet(np.ones(E), size=(n, L)).astype(np.float16).astype(np.float32)
+    odd = rng.dirichlet(np.ones(E), size=(1, L)).astype(np.float32)
+    fast = ExpertMapStore(n + 1, L, E, 1)
+    python_only()
+    slow = ExpertMapStore(n + 1, L, E, 1)
+    for store in (fast, slow):
+        store.add(maps, None, np.zeros(n, bool), np.ones(n, np.int8))
+    assert (fast.cols16 is not None) == fast.fast.HALF_OK
+    for store in (fast, slow):
+        store.add(odd, None, np.zeros(1, bool), np.ones(1, np.int8))
+    assert fast.cols16 is None
+    assert np.array_equal(fast.float32_cols(), slow.float32_cols())
+    states = [TrajectoryState(n + 1, DECODE, 2, s.fast) for s in (fast, slow)]
+    for pos in range(L):
+        q = np.stack([odd[0, pos], maps[3, pos]])
+        assert fast.observe_many(states[0], pos, q) == slow.observe_many(states[1], pos, q)
