@@ -248,7 +248,24 @@ def delta_one(const float[::1] mass, const int[::1] order, const double[::1] row
     row without tokens, else (keys, probabilities, row) as lists; the row smoothed toward
     1 / E by `smooth` (0: as stored), by numpy's operations in the same order. many: as
     delta_ids_many counts (every mass below delta; a live row's last mass is > 0)."""
-    cdef Py_ssize_t E = mass.shape[0], a = 0, b = E, mid, count, j
+    return _delta(&mass[0], &order[0], &row[0], mass.shape[0], score, top_k, smooth, lo, many)
+
+
+def delta_rows(const float[:, ::1] mass, const int[:, ::1] order, const double[:, ::1] rows,
+               list idx, list score, long top_k, double smooth, long lo):
+    """delta_one (many=True) for rows idx of one layer's [capacity, E] blocks, score [m]."""
+    cdef Py_ssize_t j, E = mass.shape[1]
+    out = []
+    for i in range(len(idx)):
+        j = idx[i]
+        out.append(_delta(&mass[j, 0], &order[j, 0], &rows[j, 0], E, score[i], top_k, smooth,
+                          lo, True))
+    return out
+
+
+cdef object _delta(const float *mass, const int *order, const double *row, Py_ssize_t E,
+                   double score, long top_k, double smooth, long lo, bint many):
+    cdef Py_ssize_t a = 0, b = E, mid, count, j
     cdef double d = 1.0 - score, s = 1.0 - smooth, t
     if (not (<double>mass[E - 1] > 0)) if many else (<double>mass[E - 1] <= 0):
         return None

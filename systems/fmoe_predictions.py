@@ -61,11 +61,10 @@ def from_store(store, layer: int, idx: list[int], score: list[float], ready_ms: 
                                    layer * store.E)
         return [None if got is None else Prediction(layer, ready_ms, *got, score[0])]
     if store.fast is not None:  # several rows: each as delta_ids_many decides
-        return [None if got is None else Prediction(layer, ready_ms, *got, s)
-                for got, s in ((store.fast.delta_one(store.mass[layer, j], store.order[layer, j],
-                                                     store.maps[layer, j], p, top_k, smooth,
-                                                     layer * store.E, True), s)
-                               for j, p, s in zip(idx, pick, score))]
+        got = store.fast.delta_rows(store.mass[layer], store.order[layer], store.maps[layer],
+                                    list(idx), list(pick), top_k, smooth, layer * store.E)
+        return [None if g is None else Prediction(layer, ready_ms, *g, s)
+                for g, s in zip(got, score)]
     ids = ([store.delta_ids(layer, idx[0], pick[0], top_k)] if one else
            store.delta_ids_many(layer, idx, pick, top_k))
     rows = store.maps[layer, idx[0]][None] if one else store.maps[layer, idx]  # [m, E]
