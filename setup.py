@@ -18,6 +18,7 @@ extensions.append(Extension("systems.moe_infinity_fast", ["systems/moe_infinity_
                             extra_compile_args=["-O2", "-ffp-contract=off"], optional=True))
 # fMoE's eviction edits and trajectory step (systems/fmoe_kernels.py), the same contract
 extensions.append(Extension("systems.fmoe_fast", ["systems/fmoe_fast.pyx"],
+                            depends=["systems/fmoe_fast_step.h"],
                             extra_compile_args=["-O3", "-ffp-contract=off"], optional=True))
 
 setup(ext_modules=cythonize(extensions, language_level=3, quiet=True))

@@ -213,56 +213,6 @@ static void fmoe_traj_add16_many(double *dots, long ldd, const unsigned short *b
     (void)dots; (void)ldd; (void)bits; (void)stride; (void)q; (void)m; (void)E; (void)n;
 }
 
-/* Several queries (a batch) in one pass: each float16 block is converted once for up to four
- * queries' rows (dots [m, ldd], q [m, E]). */
-__attribute__((target("avx512f,f16c")))
-static void fmoe_add16_many512(double *restrict dots, long ldd,
-                               const unsigned short *restrict bits, long stride,
-                               const double *restrict q, long m, long E, long n)
-{
-    long i0, e, j, k, i;
-    for (i0 = 0; i0 < m; i0 += 4) {
-        const long qm = m - i0 < 4 ? m - i0 : 4;
-        for (e = 0; e < E; e += 4) {
-            const unsigned short *c[4];
-            double w[4][4];
-            fmoe_rows4(bits, stride, q + i0 * E, E, e, c, w[0]);
-            for (i = 1; i < qm; i++) /* the same rows, this query's weights */
-                fmoe_rows4(bits, stride, q + (i0 + i) * E, E, e, c, w[i]);
-            for (j = 0; j + 16 <= n; j += 16) {
-                __m512d lo[4], hi[4];
-                for (k = 0; k < 4; k++) {
-                    __m512 f = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(c[k] + j)));
-                    lo[k] = _mm512_cvtps_pd(_mm512_castps512_ps256(f));
-                    hi[k] = _mm512_cvtps_pd(_mm256_castpd_ps(
-                        _mm512_extractf64x4_pd(_mm512_castps_pd(f), 1)));
-                }
-                for (i = 0; i < qm; i++) {
-                    double *row = dots + (i0 + i) * ldd;
-                    __m512d slo = _mm512_setzero_pd(), shi = _mm512_setzero_pd();
-                    for (k = 0; k < 4; k++) {
-                        __m512d wk = _mm512_set1_pd(w[i][k]);
-                        slo = _mm512_add_pd(slo, _mm512_mul_pd(wk, lo[k]));
-                        shi = _mm512_add_pd(shi, _mm512_mul_pd(wk, hi[k]));
-                    }
-                    _mm512_storeu_pd(row + j, _mm512_add_pd(_mm512_loadu_pd(row + j), slo));
-                    _mm512_storeu_pd(row + j + 8,
-                                     _mm512_add_pd(_mm512_loadu_pd(row + j + 8), shi));
-                }
-            }
-            for (i = 0; i < qm; i++) {
-                double *row = dots + (i0 + i) * ldd;
-                for (long jj = j; jj < n; jj++) {
-                    double t = 0.0;
-                    for (k = 0; k < 4; k++)
-                        t += w[i][k] * (double)_cvtsh_ss(c[k][jj]);
-                    row[jj] += t;
-                }
-            }
-        }
-    }
-}
-
 static void fmoe_traj_add16(double *row, const unsigned short *bits, long stride,
                             const double *q, long E, long n)
 {
