@@ -102,6 +102,12 @@ class BlockIndex:
             index = trace.__dict__["_block_index"] = cls(trace)
         return index
 
+    @staticmethod
+    def forget(trace: Trace) -> None:
+        """Drop the index kept on the trace: the next `of` builds it again (a benchmark that
+        times several runs of one trace counts the index in each)."""
+        trace.__dict__.pop("_block_index", None)
+
     def block(self, request: int, step: int, layer: int) -> int:
         return (self.step_off[request] + step) * self.L + layer
 

@@ -31,6 +31,7 @@ UNITS = ("block_us", "access_us", "load_us")
 
 def measure(requests: int, repeats: int) -> dict:
     """Per engine core: the settings' counts and CPU seconds, and the fitted costs."""
+    from core.blocks import BlockIndex
     from core.specs import hardware_spec_from_dict, model_spec_from_dict
     from core.targets import build_target
     from harness.runner.config import compose_config
@@ -55,6 +56,7 @@ def measure(requests: int, repeats: int) -> dict:
             times, counts = [], None
             for _ in range(repeats):
                 system = build_target(cfg["system"], "system", System)
+                BlockIndex.forget(trace)  # every run builds its index
                 t0 = time.process_time()
                 engine = Engine(model, SimBackend(model, hw), trace, system, budget, batch,
                                 core=core)

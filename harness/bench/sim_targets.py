@@ -2,7 +2,8 @@
 it times whole.
 
 The ratio engine / reference loop is binding (it survives a noisy machine); absolute figures
-are reported beside it. Each check is (name, measured value, target, passed).
+are reported beside it. Each check is (name, measured value, target, passed); passed None:
+reported only (POLICY_STATE).
 """
 
 from __future__ import annotations
@@ -26,6 +27,15 @@ MAX_PEAK_RSS_1000_MB = 1024.0  # the whole 1,000-request lru run
 MAX_TABLE1_CPU_S = 60.0  # all eight Table 1 runs, trace generation included
 MAX_RUN_FOLDER_MB = 20.0  # one Table 1 run folder with its per-access rows
 TABLE1_SYSTEMS = TABLE1_GLOB  # make reproduce-table1's systems
+# Systems whose own state grows with the run, so the RSS beyond the trace is not the engine's
+# and recorder's alone: their figure is reported (met: None), and the engine's target is
+# checked on the others, which run the same engine and recorder over the same accesses.
+POLICY_STATE = {
+    "oracle": "MIN's plan and the whole access sequence with its next-use chain "
+              "(core/access.py), python lists of the run's future",
+    "diff_moe": "its warm-up (profiling pass and predictor training over the calibration "
+                "split) peaks above the run; a fixed cost, not one per access",
+}
 
 def checks(figures: dict, table1: dict | None) -> list[tuple[str, float | None, str, bool]]:
     """Every target against `figures` (bench-sim's per-system figures) and the Table 1 sweep."""
@@ -44,7 +54,10 @@ def checks(figures: dict, table1: dict | None) -> list[tuple[str, float | None, 
                 cost = f["accesses_per_cpu_s"] / other
                 out.append((f"{system} {label} / Table 1", cost, f"<= {limit}", cost <= limit))
         b = f.get("bytes_per_access_beyond_trace")
-        if b is not None:
+        if b is not None and system in POLICY_STATE:
+            out.append((f"{system} B/access beyond trace, its policy's state included "
+                        f"({POLICY_STATE[system]})", b, "none: not the engine's alone", None))
+        elif b is not None:
             out.append((f"{system} engine+recorder B/access beyond trace", b,
                         f"<= {MAX_BYTES_PER_ACCESS:g}", b <= MAX_BYTES_PER_ACCESS))
     peak = figures.get("lru", {}).get("peak_rss_mb_1000_requests")

@@ -1,0 +1,40 @@
+"""The targets `moebench bench-sim` checks (harness/bench/sim_targets.py) on hand-made figures:
+each limit is met at the limit and missed just past it; systems whose own state grows with
+the run have their memory figure reported, not judged."""
+
+from harness.bench.sim_targets import checks
+
+
+def _by_name(rows):
+    return {name: (value, passed) for name, value, _, passed in rows}
+
+
+def test_ratio_cost_and_memory_limits():
+    figures = {
+        "lru": {"status": "ok", "ratio": 0.12, "accesses_per_cpu_s": 1000.0,
+                "accesses_per_cpu_s_1000_requests": 1000.0 / 1.05,
+                "accesses_per_cpu_s_batch32": 1000.0 / 2.5,
+                "bytes_per_access_beyond_trace": 64.0, "peak_rss_mb_1000_requests": 1025.0},
+        "fmoe": {"status": "ok", "ratio": 0.0299, "accesses_per_cpu_s": 100.0,
+                 "bytes_per_access_beyond_trace": 64.5},
+        "no_offload": {"status": "oom"},
+    }
+    got = _by_name(checks(figures, {"status": "ok", "cpu_s": 60.5, "largest_run_mb": 20.0}))
+    assert got["lru ratio"] == (0.12, True)
+    assert got["fmoe ratio"][1] is False
+    assert got["lru cost at 1000 req / Table 1"][1] is True  # 1.05 <= 1.1
+    assert got["lru cost at batch 32 / Table 1"] == (2.5, False)
+    assert got["lru engine+recorder B/access beyond trace"] == (64.0, True)
+    assert got["fmoe engine+recorder B/access beyond trace"] == (64.5, False)
+    assert got["lru 1000-request run peak RSS MB"] == (1025.0, False)
+    assert got["Table 1 sweep CPU s (8 systems, generation included)"] == (60.5, False)
+    assert got["largest Table 1 run folder MB"] == (20.0, True)
+    assert not any(name.startswith("no_offload") for name in got)
+
+
+def test_policy_state_is_reported_not_judged():
+    figures = {"oracle": {"status": "ok", "ratio": 0.5, "accesses_per_cpu_s": 1.0,
+                          "bytes_per_access_beyond_trace": 200.0}}
+    rows = [r for r in checks(figures, None) if "B/access" in r[0]]
+    assert len(rows) == 1 and rows[0][1] == 200.0 and rows[0][3] is None
+    assert "policy's state included" in rows[0][0]
