@@ -232,7 +232,9 @@ def _cost(requests: int, repeats: int) -> dict:
     for core, f in out["cores"].items():
         print(f"  {core:<9} per run {f['fixed_ms']:.0f} ms, per block {f['block_us']:.2f} us, "
               f"per access {f['access_us']:.3f} us, per load {f['load_us']:.2f} us "
-              f"(largest residual {100 * f['max_relative_residual']:.1f} %)")
+              f"(largest residual {100 * f['max_relative_residual']:.1f} %)"
+              + ("" if f["separable"] else "; NOT SEPARATED: a negative term, read the "
+                 "settings' CPU s in the JSON instead"))
     return {"status": "ok", **out}
 
 
