@@ -14,6 +14,81 @@ from cpython.mem cimport PyMem_Free, PyMem_Malloc
 from libc.math cimport INFINITY, sqrt
 from libc.string cimport memcpy
 
+cdef extern from *:
+    """
+    /* Elementwise loops in 4-wide vectors (GCC/clang vector extensions): each lane is the
+       same IEEE double operation as the scalar loop (no fusing: -ffp-contract=off, and no
+       reassociation), so the bits do not depend on the width; an AVX2 clone on x86-64. */
+    #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
+    #define MI_CLONES __attribute__((target_clones("avx2", "default")))
+    #else
+    #define MI_CLONES
+    #endif
+    typedef double mi_v4 __attribute__((vector_size(32), aligned(8)));
+    MI_CLONES void mi_share_pvar(const double* acc, double t, double* share, double* pvar,
+                                 Py_ssize_t lo, Py_ssize_t hi) {
+        Py_ssize_t e = lo;
+        mi_v4 tv = {t, t, t, t}, one = {1.0, 1.0, 1.0, 1.0}, s;
+        for (; e + 4 <= hi; e += 4) {
+            s = *(const mi_v4*)(acc + e) / tv;
+            *(mi_v4*)(share + e) = s;
+            *(mi_v4*)(pvar + e) = (one - s) * s / tv;
+        }
+        for (; e < hi; e++) {
+            share[e] = acc[e] / t;
+            pvar[e] = (1.0 - share[e]) * share[e] / t;
+        }
+    }
+    MI_CLONES void mi_mul_add(const double* a, const double* b, const double* c, double* out,
+                              Py_ssize_t n) {  /* out = a * b + c */
+        Py_ssize_t e = 0;
+        for (; e + 4 <= n; e += 4)
+            *(mi_v4*)(out + e) = *(const mi_v4*)(a + e) * *(const mi_v4*)(b + e)
+                                 + *(const mi_v4*)(c + e);
+        for (; e < n; e++)
+            out[e] = a[e] * b[e] + c[e];
+    }
+    MI_CLONES void mi_blend(const double* p, const double* own, const double* mix, double* out,
+                            Py_ssize_t lo, Py_ssize_t hi) {  /* out = (own - p) * mix + p */
+        Py_ssize_t e = lo;
+        for (; e + 4 <= hi; e += 4) {
+            mi_v4 pv = *(const mi_v4*)(p + e);
+            *(mi_v4*)(out + e) = (*(const mi_v4*)(own + e) - pv) * *(const mi_v4*)(mix + e) + pv;
+        }
+        for (; e < hi; e++)
+            out[e] = (own[e] - p[e]) * mix[e] + p[e];
+    }
+    MI_CLONES void mi_axpy(double* y, double a, const double* x, Py_ssize_t n) {
+        /* y += a * x: integers, exact */
+        Py_ssize_t e = 0;
+        mi_v4 av = {a, a, a, a};
+        for (; e + 4 <= n; e += 4)
+            *(mi_v4*)(y + e) = *(mi_v4*)(y + e) + av * *(const mi_v4*)(x + e);
+        for (; e < n; e++) y[e] += a * x[e];
+    }
+    MI_CLONES void mi_add(double* acc, const double* x, double sign, Py_ssize_t n) {
+        /* acc += x (sign 1) or acc -= x (sign -1): integers, exact */
+        Py_ssize_t e = 0;
+        if (sign > 0) {
+            for (; e + 4 <= n; e += 4)
+                *(mi_v4*)(acc + e) = *(mi_v4*)(acc + e) + *(const mi_v4*)(x + e);
+            for (; e < n; e++) acc[e] += x[e];
+        } else {
+            for (; e + 4 <= n; e += 4)
+                *(mi_v4*)(acc + e) = *(mi_v4*)(acc + e) - *(const mi_v4*)(x + e);
+            for (; e < n; e++) acc[e] -= x[e];
+        }
+    }
+    """
+    void mi_share_pvar(const double* acc, double t, double* share, double* pvar,
+                       Py_ssize_t lo, Py_ssize_t hi) noexcept nogil
+    void mi_mul_add(const double* a, const double* b, const double* c, double* out,
+                    Py_ssize_t n) noexcept nogil
+    void mi_blend(const double* p, const double* own, const double* mix, double* out,
+                  Py_ssize_t lo, Py_ssize_t hi) noexcept nogil
+    void mi_axpy(double* y, double a, const double* x, Py_ssize_t n) noexcept nogil
+    void mi_add(double* acc, const double* x, double sign, Py_ssize_t n) noexcept nogil
+
 cdef enum:
     MAX_TOP = 8  # the longest ranking kept here (ARGMAX_TOP and the usual max_proposal)
 
@@ -100,14 +175,13 @@ cdef class RowKernel:
         cdef Py_ssize_t i, j, width = cols.shape[1]
         cdef double cnt
         cdef double* dots = &self.dots[self.r, 0]
-        cdef const double* col
         cdef double val[MAX_TOP]
         cdef Py_ssize_t idx[MAX_TOP]
         cdef int kept = 0
         for i in range(len(keys)):
-            col, cnt = &cols[keys[i], 0], counts[i]
-            for j in range(width):
-                dots[j] += cnt * col[j]
+            cnt = counts[i]
+            if cnt != 0.0:  # a batch row's unrouted keys: nothing to add
+                mi_axpy(dots, cnt, &cols[keys[i], 0], width)
         for j in range(n):
             kept = _insert(val, idx, kept, m, dots[j] * inv_norm[j], j)
         return tuple([idx[i] for i in range(kept)]), val[0]
@@ -129,24 +203,18 @@ cdef class RowKernel:
             if fresh and i == 0:
                 memcpy(acc, x, width * sizeof(double))
             else:
-                for e in range(width):
-                    acc[e] += x[e]
+                mi_add(acc, x, 1.0, width)
         for i in range(len(sub)):
-            x = &rows[sub[i], 0]
-            for e in range(width):
-                acc[e] -= x[e]
+            mi_add(acc, &rows[sub[i], 0], -1.0, width)
         for l in range(self.L):
             t = acc[LE + l]
             if t > 0:
-                for e in range(l * E, (l + 1) * E):
-                    share[e] = acc[e] / t
-                    pvar[e] = (1.0 - share[e]) * share[e] / t
+                mi_share_pvar(acc, t, share, pvar, l * E, (l + 1) * E)
             else:  # an all-zero layer stays zero
                 for e in range(l * E, (l + 1) * E):
                     share[e] = 0.0
                     pvar[e] = (1.0 - 0.0) * 0.0
-        for e in range(LE):
-            var[e] = keep2[e] * pvar[e] + own_var[e]
+        mi_mul_add(keep2, pvar, own_var, var, LE)
 
     def blend_keys(self, Py_ssize_t lo, Py_ssize_t hi):
         """blend_one on keys lo..hi - 1: P + mix (own - P)."""
@@ -155,8 +223,7 @@ cdef class RowKernel:
         cdef const double* own = &self.own[self.r, 0]
         cdef const double* mix = &self.mix[self.r, 0]
         cdef double* out = &self.blend[self.r, 0]
-        for e in range(lo, hi):
-            out[e] = (own[e] - p[e]) * mix[e] + p[e]
+        mi_blend(p, own, mix, out, lo, hi)
 
 
 def propose(const double[::1] score, const double[::1] w, const double[::1] apen, plane,
