@@ -45,6 +45,16 @@ def test_ordering_and_location_verdicts():
     assert location_verdict(120, 1, falls=False) == "not reproduced"
 
 
+def test_reasons_tell_no_effect_from_a_reversed_one():
+    none = judge(ClaimRow("t", "e", "s", "c", "ratio", paper=15.0, ours=1.0,
+                          baseline="recovery at the first request"))
+    assert none.verdict == "not reproduced"
+    assert none.reason == ("ours 1x against the paper's 15x: no difference from recovery "
+                           "at the first request")
+    back = judge(ClaimRow("t", "e", "s", "c", "ratio", paper=1.5, ours=0.8, baseline="lru"))
+    assert back.reason.endswith("the opposite direction relative to lru")
+
+
 def test_reasons_name_the_headroom_when_it_caps_the_claim():
     row = judge(ClaimRow("t", "table1", "paper T1", "x faster than y", "ratio", paper=4.75,
                          ours=1.79, baseline="layer_offload", headroom=2.16))

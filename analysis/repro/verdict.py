@@ -102,6 +102,9 @@ def _ratio_reason(row: ClaimRow, verdict: str) -> str:
     if verdict == "direction only":
         return (f"ours {_fmt(row.ours)}x against the paper's {_fmt(row.paper)}x: the same "
                 f"direction relative to {base}, a different size")
+    if row.ours == 1:  # neither side: the paper's effect is absent, not reversed
+        return (f"ours {_fmt(row.ours)}x against the paper's {_fmt(row.paper)}x: no "
+                f"difference from {base}")
     return (f"ours {_fmt(row.ours)}x against the paper's {_fmt(row.paper)}x: the opposite "
             f"direction relative to {base}")
 
