@@ -15,6 +15,8 @@ extensions = [Extension(f"harness.sim.{name}", [f"harness/sim/{name}.pyx"], lang
                         extra_compile_args=["-O2"], optional=True) for name in FAST]
 # -ffp-contract=off: a * b + c stays two roundings, as in numpy (bit-identical decisions)
 extensions.append(Extension("systems.moe_infinity_fast", ["systems/moe_infinity_fast.pyx"],
+                            depends=["systems/moe_infinity_fast.h",
+                                     "systems/moe_infinity_fast_c.pxd"],
                             extra_compile_args=["-O2", "-ffp-contract=off"], optional=True))
 # fMoE's eviction edits and trajectory step (systems/fmoe_kernels.py), the same contract
 extensions.append(Extension("systems.fmoe_fast", ["systems/fmoe_fast.pyx"],

@@ -14,109 +14,7 @@ from cpython.mem cimport PyMem_Free, PyMem_Malloc
 from libc.math cimport INFINITY, sqrt
 from libc.string cimport memcpy
 
-cdef extern from *:
-    """
-    /* Elementwise loops in 4-wide vectors (GCC/clang vector extensions): each lane is the
-       same IEEE double operation as the scalar loop (no fusing: -ffp-contract=off, and no
-       reassociation), so the bits do not depend on the width; an AVX2 clone on x86-64. */
-    #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
-    #define MI_CLONES __attribute__((target_clones("avx2", "default")))
-    #else
-    #define MI_CLONES
-    #endif
-    typedef double mi_v4 __attribute__((vector_size(32), aligned(8)));
-    MI_CLONES void mi_share_pvar(const double* acc, double t, double* share, double* pvar,
-                                 Py_ssize_t lo, Py_ssize_t hi) {
-        Py_ssize_t e = lo;
-        mi_v4 tv = {t, t, t, t}, one = {1.0, 1.0, 1.0, 1.0}, s;
-        for (; e + 4 <= hi; e += 4) {
-            s = *(const mi_v4*)(acc + e) / tv;
-            *(mi_v4*)(share + e) = s;
-            *(mi_v4*)(pvar + e) = (one - s) * s / tv;
-        }
-        for (; e < hi; e++) {
-            share[e] = acc[e] / t;
-            pvar[e] = (1.0 - share[e]) * share[e] / t;
-        }
-    }
-    MI_CLONES void mi_mul_add(const double* a, const double* b, const double* c, double* out,
-                              Py_ssize_t n) {  /* out = a * b + c */
-        Py_ssize_t e = 0;
-        for (; e + 4 <= n; e += 4)
-            *(mi_v4*)(out + e) = *(const mi_v4*)(a + e) * *(const mi_v4*)(b + e)
-                                 + *(const mi_v4*)(c + e);
-        for (; e < n; e++)
-            out[e] = a[e] * b[e] + c[e];
-    }
-    MI_CLONES void mi_blend(const double* p, const double* own, const double* mix, double* out,
-                            Py_ssize_t lo, Py_ssize_t hi) {  /* out = (own - p) * mix + p */
-        Py_ssize_t e = lo;
-        for (; e + 4 <= hi; e += 4) {
-            mi_v4 pv = *(const mi_v4*)(p + e);
-            *(mi_v4*)(out + e) = (*(const mi_v4*)(own + e) - pv) * *(const mi_v4*)(mix + e) + pv;
-        }
-        for (; e < hi; e++)
-            out[e] = (own[e] - p[e]) * mix[e] + p[e];
-    }
-    MI_CLONES void mi_axpy(double* y, double a, const double* x, Py_ssize_t n) {
-        /* y += a * x: integers, exact */
-        Py_ssize_t e = 0;
-        mi_v4 av = {a, a, a, a};
-        for (; e + 4 <= n; e += 4)
-            *(mi_v4*)(y + e) = *(mi_v4*)(y + e) + av * *(const mi_v4*)(x + e);
-        for (; e < n; e++) y[e] += a * x[e];
-    }
-    MI_CLONES void mi_add(double* acc, const double* x, double sign, Py_ssize_t n) {
-        /* acc += x (sign 1) or acc -= x (sign -1): integers, exact */
-        Py_ssize_t e = 0;
-        if (sign > 0) {
-            for (; e + 4 <= n; e += 4)
-                *(mi_v4*)(acc + e) = *(mi_v4*)(acc + e) + *(const mi_v4*)(x + e);
-            for (; e < n; e++) acc[e] += x[e];
-        } else {
-            for (; e + 4 <= n; e += 4)
-                *(mi_v4*)(acc + e) = *(mi_v4*)(acc + e) - *(const mi_v4*)(x + e);
-            for (; e < n; e++) acc[e] -= x[e];
-        }
-    }
-    """
-    void mi_share_pvar(const double* acc, double t, double* share, double* pvar,
-                       Py_ssize_t lo, Py_ssize_t hi) noexcept nogil
-    void mi_mul_add(const double* a, const double* b, const double* c, double* out,
-                    Py_ssize_t n) noexcept nogil
-    void mi_blend(const double* p, const double* own, const double* mix, double* out,
-                  Py_ssize_t lo, Py_ssize_t hi) noexcept nogil
-    void mi_axpy(double* y, double a, const double* x, Py_ssize_t n) noexcept nogil
-    void mi_add(double* acc, const double* x, double sign, Py_ssize_t n) noexcept nogil
-
-cdef enum:
-    MAX_TOP = 8  # the longest ranking kept here (ARGMAX_TOP and the usual max_proposal)
-
-cdef enum:
-    SHARE = 0
-    PVAR = 1
-    KEEP2 = 2
-    OWN_VAR = 3
-    VAR = 4
-
-
-cdef inline int _insert(double* val, Py_ssize_t* idx, int n, int m, double v,
-                        Py_ssize_t i) noexcept nogil:
-    """Keep the m highest (value, then lowest index) of those offered in index order:
-    v goes after every kept value >= v. Returns the new count."""
-    cdef int p
-    if n == m:
-        if not v > val[m - 1]:
-            return n
-        n -= 1
-    p = n
-    while p > 0 and val[p - 1] < v:
-        val[p] = val[p - 1]
-        idx[p] = idx[p - 1]
-        p -= 1
-    val[p] = v
-    idx[p] = i
-    return n + 1
+from systems.moe_infinity_fast_c cimport *  # the C helpers, MAX_TOP, the planes
 
 
 cdef class RowKernel:
@@ -137,8 +35,8 @@ cdef class RowKernel:
 
     def add(self, Py_ssize_t layer, keys, counts, bint apart, bint fresh):
         """RequestTable.add_one's arithmetic (first_visit already done where due)."""
-        cdef Py_ssize_t r = self.r, i, key, e, base = layer * self.E
-        cdef double cnt, old, d = 0.0, total = 0.0, inv, s, ov, w2
+        cdef Py_ssize_t r = self.r, i, key, base = layer * self.E
+        cdef double cnt, old, d = 0.0, total = 0.0, inv
         for i in range(len(keys)):
             key, cnt = keys[i], counts[i]
             total += cnt
@@ -157,16 +55,9 @@ cdef class RowKernel:
             return
         self.own_n[r, layer] = self.own_n[r, layer] + total
         inv = 1.0 / self.own_n[r, layer]
-        w2 = self.w * self.w
-        for e in range(base, base + self.E):
-            s = self.eam[r, e] * inv
-            self.own[r, e] = s
-            ov = 1.0 - s
-            ov = ov * s
-            ov = ov * inv
-            ov = ov * w2
-            self.parts[r, OWN_VAR, e] = ov
-            self.parts[r, VAR, e] = self.parts[r, KEEP2, e] * self.parts[r, PVAR, e] + ov
+        mi_own_block(&self.eam[r, 0], &self.own[r, 0], &self.parts[r, OWN_VAR, 0],
+                     &self.parts[r, VAR, 0], &self.parts[r, KEEP2, 0], &self.parts[r, PVAR, 0],
+                     inv, self.w * self.w, base, base + self.E)
 
     def match(self, const double[:, ::1] cols, keys, counts,
               const double[::1] inv_norm, Py_ssize_t n, int m):
@@ -183,13 +74,13 @@ cdef class RowKernel:
             if cnt != 0.0:  # a batch row's unrouted keys: nothing to add
                 mi_axpy(dots, cnt, &cols[keys[i], 0], width)
         for j in range(n):
-            kept = _insert(val, idx, kept, m, dots[j] * inv_norm[j], j)
+            kept = mi_insert(val, idx, kept, m, dots[j] * inv_norm[j], j)
         return tuple([idx[i] for i in range(kept)]), val[0]
 
     def predict(self, const double[:, ::1] rows, list add, list sub, bint fresh):
         """predict_one's sums (fresh: the rows of `add` alone, else the kept sum plus `add`
         minus `sub`), then P, its variance and VAR."""
-        cdef Py_ssize_t i, l, e, width = rows.shape[1], E = self.E, LE = self.L * self.E
+        cdef Py_ssize_t i, width = rows.shape[1]
         cdef double* acc = &self.acc[self.r, 0]
         cdef double* share = &self.parts[self.r, SHARE, 0]
         cdef double* pvar = &self.parts[self.r, PVAR, 0]
@@ -197,7 +88,6 @@ cdef class RowKernel:
         cdef const double* own_var = &self.parts[self.r, OWN_VAR, 0]
         cdef double* var = &self.parts[self.r, VAR, 0]
         cdef const double* x
-        cdef double t
         for i in range(len(add)):
             x = &rows[add[i], 0]
             if fresh and i == 0:
@@ -206,15 +96,7 @@ cdef class RowKernel:
                 mi_add(acc, x, 1.0, width)
         for i in range(len(sub)):
             mi_add(acc, &rows[sub[i], 0], -1.0, width)
-        for l in range(self.L):
-            t = acc[LE + l]
-            if t > 0:
-                mi_share_pvar(acc, t, share, pvar, l * E, (l + 1) * E)
-            else:  # an all-zero layer stays zero
-                for e in range(l * E, (l + 1) * E):
-                    share[e] = 0.0
-                    pvar[e] = (1.0 - 0.0) * 0.0
-        mi_mul_add(keep2, pvar, own_var, var, LE)
+        mi_predicted(acc, share, pvar, keep2, own_var, var, NULL, NULL, NULL, self.L, self.E)
 
     def blend_keys(self, Py_ssize_t lo, Py_ssize_t hi):
         """blend_one on keys lo..hi - 1: P + mix (own - P)."""
@@ -271,7 +153,7 @@ cdef list _propose(const double[::1] score, const double[::1] w, const double[::
         else:
             p = s * w[k] + apen[k]
         if p > 0:
-            kept = _insert(val, idx, kept, m, p, k)
+            kept = mi_insert(val, idx, kept, m, p, k)
     return [idx[k] for k in range(kept)]
 
 
