@@ -1,6 +1,6 @@
 """Builds the compiled engine core (harness/sim/fast_*.pyx, C++ via Cython) and
-moe_infinity's and fMoE's kernels (systems/moe_infinity_fast.pyx, systems/fmoe_fast.pyx,
-C) in place.
+moe_infinity's and fMoE's kernels (systems/moe_infinity_fast.pyx, systems/moe_infinity_rows.pyx,
+systems/fmoe_fast.pyx, C) in place.
 
 Everything else is in pyproject.toml. The extensions are optional: without a C++ compiler
 the install still succeeds and the engine runs its pure-Python reference core
@@ -14,10 +14,12 @@ FAST = ("fast_state", "fast_copies", "fast_step")
 extensions = [Extension(f"harness.sim.{name}", [f"harness/sim/{name}.pyx"], language="c++",
                         extra_compile_args=["-O2"], optional=True) for name in FAST]
 # -ffp-contract=off: a * b + c stays two roundings, as in numpy (bit-identical decisions)
-extensions.append(Extension("systems.moe_infinity_fast", ["systems/moe_infinity_fast.pyx"],
-                            depends=["systems/moe_infinity_fast.h",
-                                     "systems/moe_infinity_fast_c.pxd"],
-                            extra_compile_args=["-O2", "-ffp-contract=off"], optional=True))
+# moe_infinity_rows: the batch path's member rows in one call (the same helpers and contract)
+for name in ("moe_infinity_fast", "moe_infinity_rows"):
+    extensions.append(Extension(f"systems.{name}", [f"systems/{name}.pyx"],
+                                depends=["systems/moe_infinity_fast.h",
+                                         "systems/moe_infinity_fast_c.pxd"],
+                                extra_compile_args=["-O2", "-ffp-contract=off"], optional=True))
 # fMoE's eviction edits and trajectory step (systems/fmoe_kernels.py), the same contract
 extensions.append(Extension("systems.fmoe_fast", ["systems/fmoe_fast.pyx"],
                             depends=["systems/fmoe_fast_step.h"],

@@ -159,9 +159,7 @@ class MoEInfinity(System):
         batch.add_counts(tab, states, ri, layer, counts)
         if c.n:
             lim = layer if prefill or tab.iteration_query else c.L - 1
-            ids = np.flatnonzero(counts.any(axis=0))  # the experts routed, [K]
-            cos = batch.match(tab, states, ri, layer * c.E + ids, counts[:, ids], lim, c,
-                              self.match_top)
+            cos = batch.match(tab, states, ri, layer, counts, lim, c, self.match_top)
             self._count_matches(states, cos)
 
     def _count_matches(self, states: list[RequestState], cos: list[float]) -> None:
@@ -186,9 +184,7 @@ class MoEInfinity(System):
         if rows == self._score_key and not any(
                 st.stale or st.new_p or st.own_dirty != -1 for st in states):
             return  # the same scores
-        tab = self.table
-        batch.predict_and_blend(tab, states, self.eamc)
-        self._set_scores(tab.blend[batch.rows_index(states)].max(axis=0), states, rows)
+        self._set_scores(batch.predict_and_blend(self.table, states, self.eamc), states, rows)
 
     def _update_one(self, st: RequestState) -> None:
         """Batch 1: the scores are the request's blend row; after a change of its own shares
@@ -307,8 +303,8 @@ class MoEInfinity(System):
                          prefill, it)
         else:
             per = routing.per_request()  # {request: top-k ids [tokens, k]}
-            self._observe_batch([self.active[r] for r in per], layer,
-                                batch.bincount_rows(list(per.values()), E), prefill, it)
+            counts = batch.bincount_rows(list(per.values()), E, self.table)
+            self._observe_batch([self.active[r] for r in per], layer, counts, prefill, it)
         if self.freq_decay_eviction:
             self.layer_now = layer
             self.freq[[layer * E + e for e in routing.experts]] += 1.0  # one visit per access

@@ -1,9 +1,11 @@
 """moe_infinity's batch path: one MoE layer of R > 1 member requests of a RequestTable
 (systems/moe_infinity_requests.py) at once, as array operations over their rows, and the
 variance of the predicted reuse at a few keys over several requests. With the compiled
-kernels built (systems/moe_infinity_fast.pyx), the predicted EAM and the blend go row by row
-through them instead (predict_and_blend): a C loop over one row costs less than these
-gathers and whole-array passes over every member row.
+kernels built, the table's TableKernel (systems/moe_infinity_rows.pyx) does the counts, the
+match, the predicted EAM and the blend of every member row in one call each: a C loop over
+one row costs less than these gathers and whole-array passes over every member row, and one
+call per batch-layer less than a python call per row (the per-row kernels of
+systems/moe_infinity_fast.pyx, used when only those are built).
 
 Each function gives, row by row, the bits of the single-request path in that module (the
 same integer sums, the same elementwise IEEE operations in the same order); the golden and
@@ -22,6 +24,7 @@ from systems.moe_infinity_requests import (
     KEEP2,
     OWN_VAR,
     PVAR,
+    ROWS,
     SHARE,
     VAR,
     RequestState,
@@ -38,8 +41,13 @@ def rows_index(states: list[RequestState]):
     return np.array([st.row for st in states])
 
 
-def bincount_rows(rows: list[np.ndarray], num_experts: int) -> np.ndarray:
-    """Tokens per expert [R, E] (float64) of R requests' top-k rows ([tokens, k] each)."""
+def bincount_rows(rows: list[np.ndarray], num_experts: int, tab: RequestTable) -> np.ndarray:
+    """Tokens per expert [R, E] (float64) of R requests' top-k rows ([tokens, k] each); in
+    one compiled pass with the table's kernel (the same integers)."""
+    if tab.kernel is not None:
+        counts = ROWS.bincount_rows(rows, num_experts)
+        if counts is not None:
+            return counts
     flat = np.concatenate([r.ravel() for r in rows]).astype(np.intp)
     flat += np.repeat(np.arange(len(rows)) * num_experts, [r.size for r in rows])
     counts = np.bincount(flat, minlength=len(rows) * num_experts)
@@ -48,7 +56,11 @@ def bincount_rows(rows: list[np.ndarray], num_experts: int) -> np.ndarray:
 
 def add_counts(tab: RequestTable, states: list[RequestState], ri, layer: int,
                counts: np.ndarray) -> None:
-    """RequestTable.add_one for the member rows `ri` (a slice or rows) with counts [R, E]."""
+    """RequestTable.add_one for the member rows `ri` (a slice or rows) with counts [R, E]
+    (with the table's kernel: row by row in one compiled call, the same bits)."""
+    if tab.kernel is not None:
+        tab.kernel.add(states, layer, counts)
+        return
     blk = slice(layer * tab.E, (layer + 1) * tab.E)
     old = tab.q[ri, blk]  # [R, E]
     tab.norm2[ri] += ((2.0 * old + counts) * counts).sum(axis=1)  # integers, exact
@@ -73,11 +85,15 @@ def add_counts(tab: RequestTable, states: list[RequestState], ri, layer: int,
         tab.parts[ri, VAR, blk] = tab.parts[ri, KEEP2, blk] * tab.parts[ri, PVAR, blk] + own_var
 
 
-def match(tab: RequestTable, states: list[RequestState], ri, keys: np.ndarray,
+def match(tab: RequestTable, states: list[RequestState], ri, layer: int,
           counts: np.ndarray, lim: int, c: EAMC, match_top: int) -> list[float]:
-    """RequestTable.match_one for the member rows: counts [R, K] at `keys` [K]. Returns each
-    row's best cosine."""
+    """RequestTable.match_one for the member rows: their counts [R, E] at `layer`. Returns
+    each row's best cosine."""
     n, m = c.n, min(match_top, c.n)
+    if tab.kernel is not None and m <= ARGMAX_TOP:  # the rows in one compiled call
+        return tab.kernel.match(states, c.cols, layer, counts, c.inv_norm[lim], n, m)
+    ids = np.flatnonzero(counts.any(axis=0))  # the experts routed, [K]
+    keys, counts = layer * c.E + ids, counts[:, ids]  # [K], [R, K]
     if tab.views[0].kernel is not None and m <= ARGMAX_TOP:
         return _match_rows(tab, states, keys.tolist(), counts.tolist(), lim, c, m)
     dots = tab.dots[ri, :n] + counts @ c.cols[keys, :n]  # [R, n], exact
@@ -120,25 +136,29 @@ def top_slots(scaled: np.ndarray, m: int) -> tuple[np.ndarray, np.ndarray]:
     return out, top
 
 
-def predict_and_blend(tab: RequestTable, states: list[RequestState], c: EAMC) -> None:
+def predict_and_blend(tab: RequestTable, states: list[RequestState], c: EAMC) -> np.ndarray:
     """The predicted EAM of the stale states and the blend of every state whose P or own
     shares changed. With the compiled kernels row by row (RequestTable.predict_one and
     blend_one, the same bits: a row whose matched set stayed keeps its values, and an
     unchanged block blends to the same ones); else predict, one batch per match count (the
-    collection may have grown since), and blend_rows."""
+    collection may have grown since), and blend_rows. Returns the states' blend, max over
+    them [L*E] (a new array)."""
+    if tab.kernel is not None:  # the rows in one compiled call
+        return tab.kernel.predict_blend(states, c)
     if tab.views[0].kernel is not None:
         for st in states:
             if st.stale:
                 tab.predict_one(st, c)
             tab.blend_one(st)
-        return
-    by_len: dict[int, list[RequestState]] = {}
-    for st in states:
-        if st.stale:
-            by_len.setdefault(len(st.best), []).append(st)
-    for group in by_len.values():
-        predict(tab, group, c)
-    blend_rows(tab, states)
+    else:
+        by_len: dict[int, list[RequestState]] = {}
+        for st in states:
+            if st.stale:
+                by_len.setdefault(len(st.best), []).append(st)
+        for group in by_len.values():
+            predict(tab, group, c)
+        blend_rows(tab, states)
+    return tab.blend[rows_index(states)].max(axis=0)
 
 
 def predict(tab: RequestTable, states: list[RequestState], c: EAMC) -> None:

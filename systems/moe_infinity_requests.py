@@ -33,6 +33,10 @@ try:  # built in place by `pip install -e .` (setup.py); absent without a C comp
     from systems import moe_infinity_fast as FAST
 except ImportError:
     FAST = None  # the numpy code below runs instead (the same bits)
+try:  # the batch path's member rows in one call (systems/moe_infinity_batch.py)
+    from systems import moe_infinity_rows as ROWS
+except ImportError:
+    ROWS = None
 
 ARGMAX_TOP = 8  # match_top up to this: repeated argmax; above: a stable sort
 # planes of RequestTable.parts: the predicted EAM P and its variance terms per key
@@ -139,6 +143,8 @@ class RequestTable:
         self.free.extend(range(rows - 1, old - 1, -1))  # popped lowest first
         self.rows = rows
         self.views = [RowViews(self, r) for r in range(rows)]
+        # the batch path's compiled rows, with the per-row kernels (tests switch FAST off)
+        self.kernel = ROWS.TableKernel(self) if FAST is not None and ROWS is not None else None
 
     def new_state(self) -> RequestState:
         if not self.free:

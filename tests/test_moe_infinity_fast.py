@@ -27,8 +27,11 @@ BASE = ["experiment=table1", "workload.prompt_len=40", "workload.output_len=6",
         "workload.num_requests=8", "expert_cache_gb=3"]
 
 
-def _run(batch: int, knobs: dict, fast: bool, monkeypatch) -> dict:
+def _run(batch: int, knobs: dict, fast: bool, monkeypatch, rows: bool = True) -> dict:
+    """One run; fast False: the numpy code; rows False: the per-row kernels alone (no
+    TableKernel of systems/moe_infinity_rows.pyx on the batch path)."""
     monkeypatch.setattr(requests, "FAST", requests.FAST if fast else None)
+    monkeypatch.setattr(requests, "ROWS", requests.ROWS if rows else None)
     cfg = compose_config(BASE + [f"max_batch={batch}"])
     model = model_spec_from_dict(cfg["model"], "model")
     hw = hardware_spec_from_dict(cfg["hardware"], "hardware")
@@ -43,7 +46,19 @@ def _run(batch: int, knobs: dict, fast: bool, monkeypatch) -> dict:
     rows = {name: getattr(tab, name).copy() for name in
             ("eam", "q", "dots", "norm2", "own", "own_n", "mix", "acc", "blend", "parts")}
     return {"tables": rec.tables(), "describe": system.describe(), "rows": rows,
-            "score": system.score.copy(), "fast": tab.views[0].kernel is not None}
+            "score": system.score.copy(), "fast": tab.views[0].kernel is not None,
+            "rows_kernel": tab.kernel is not None}
+
+
+def _assert_same(a: dict, b: dict) -> None:
+    assert a["describe"] == b["describe"]
+    assert np.array_equal(a["score"], b["score"])
+    for name, arr in a["rows"].items():
+        assert np.array_equal(arr, b["rows"][name]), name
+    for name, table in a["tables"].items():
+        for col, values in table.items():
+            np.testing.assert_array_equal(values, b["tables"][name][col],
+                                          err_msg=f"{name}.{col}")
 
 
 @pytest.mark.parametrize("knobs", [
@@ -57,14 +72,46 @@ def _run(batch: int, knobs: dict, fast: bool, monkeypatch) -> dict:
 def test_kernels_give_the_numpy_bits(batch, knobs, monkeypatch):
     a, b = (_run(batch, knobs, fast, monkeypatch) for fast in (True, False))
     assert a["fast"] and not b["fast"]
-    assert a["describe"] == b["describe"]
-    assert np.array_equal(a["score"], b["score"])
-    for name, arr in a["rows"].items():
-        assert np.array_equal(arr, b["rows"][name]), name
-    for name, table in a["tables"].items():
-        for col, values in table.items():
-            np.testing.assert_array_equal(values, b["tables"][name][col],
-                                          err_msg=f"{name}.{col}")
+    _assert_same(a, b)
+
+
+@pytest.mark.skipif(requests.ROWS is None, reason="moe_infinity_rows not built")
+@pytest.mark.parametrize("knobs", [
+    {},
+    {"iteration_query": False, "match_top": 3},
+    {"own_weight": 0.0},
+    {"match_top": 9, "max_proposal": 9},  # rankings above MAX_TOP: predict_one's lists
+])
+def test_batch_kernel_gives_the_numpy_bits(knobs, monkeypatch):
+    """Batch 6 (every layer of the 8 requests goes through the batch path, many rows at
+    once): the batch kernel (TableKernel) gives the numpy path's and the per-row kernels'
+    tables, reports and row arrays."""
+    table = _run(6, knobs, True, monkeypatch)
+    per_row = _run(6, knobs, True, monkeypatch, rows=False)
+    numpy = _run(6, knobs, False, monkeypatch)
+    assert table["rows_kernel"] and not per_row["rows_kernel"] and not numpy["fast"]
+    _assert_same(table, numpy)
+    _assert_same(per_row, numpy)
+
+
+@pytest.mark.skipif(requests.ROWS is None, reason="moe_infinity_rows not built")
+def test_bincount_kernel_is_the_numpy_count(monkeypatch):
+    """Top-k ids of the trace's dtypes: the same counts [R, E]; other dtypes: None (the
+    numpy code counts them); an id past E: an error, not a write past the row."""
+    from systems import moe_infinity_batch as batch
+
+    rng = np.random.default_rng(0)
+    kernel = requests.ROWS
+    monkeypatch.setattr(requests, "FAST", None)  # a table without kernels: numpy counts
+    for dtype, E in ((np.uint8, 64), (np.uint16, 300)):
+        rows = [rng.integers(0, E, (t, 4)).astype(dtype) for t in (1, 7, 3, 20)]
+        rows.append(rows[1][::2])  # strided
+        want = batch.bincount_rows(rows, E, requests.RequestTable(2, E, 4, 0.5, True))
+        got = kernel.bincount_rows(rows, E)
+        assert got.dtype == np.float64 and np.array_equal(got, want)
+    assert kernel.bincount_rows([np.zeros((2, 2), dtype=np.int64)], 8) is None
+    with pytest.raises(ValueError):
+        kernel.bincount_rows([np.full((1, 2), 9, dtype=np.uint8)], 8)
 
 
 @pytest.mark.parametrize("seed", range(6))
