@@ -104,4 +104,4 @@ bench-backend: $(TEST_STAMP)
 	$(MOEBENCH) bench-backend
 
 clean-results:
-	find results -mindepth 1 -not -name README.md -exec rm -rf {} +
+	find results -mindepth 1 -maxdepth 1 -not -name README.md -exec rm -rf {} +
