@@ -1,6 +1,6 @@
 """Builds the compiled engine core (harness/sim/fast_*.pyx, C++ via Cython) and
 moe_infinity's and fMoE's kernels (systems/moe_infinity_fast.pyx, systems/moe_infinity_rows.pyx,
-systems/fmoe_fast.pyx, C) in place.
+systems/fmoe_fast.pyx, C) and the oracle's plan (systems/belady_fast.pyx, C) in place.
 
 Everything else is in pyproject.toml. The extensions are optional: without a C++ compiler
 the install still succeeds and the engine runs its pure-Python reference core
@@ -24,5 +24,9 @@ for name in ("moe_infinity_fast", "moe_infinity_rows"):
 extensions.append(Extension("systems.fmoe_fast", ["systems/fmoe_fast.pyx"],
                             depends=["systems/fmoe_fast_step.h"],
                             extra_compile_args=["-O3", "-ffp-contract=off"], optional=True))
+
+# The oracle's Belady plan (systems/oracle.py keeps the python reference)
+extensions.append(Extension("systems.belady_fast", ["systems/belady_fast.pyx"],
+                            extra_compile_args=["-O2"], optional=True))
 
 setup(ext_modules=cythonize(extensions, language_level=3, quiet=True))

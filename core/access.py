@@ -24,37 +24,57 @@ NEVER = 1 << 62  # the next use of a key that is not used again
 
 
 class AccessSequence:
-    """keys [n]; block_starts [B + 1] (first position of each block, then n); block_iteration,
-    block_layer [B]; iteration_kinds, iteration_starts [I (+ 1)] (first position of iteration
-    i, then n); next_use [n] (the next position of the same key, NEVER if none). Lists of
-    python ints; the next-use chain comes from one stable sort of the keys."""
+    """keys_array, next_use_array int64 [n] (next use: the next position of the same key,
+    NEVER if none; one stable sort of the keys); block_starts_array int64 [B + 1] (first
+    position of each block, then n); block_iteration, block_layer int64 arrays [B];
+    iteration_kinds [I]; iteration_starts [I + 1] (first position of iteration i, then n).
 
-    def __init__(self, keys: list[int], blocks: list[tuple[int, int, int]],
-                 iteration_kinds: list[str]):
-        n_iterations = len(iteration_kinds)
-        self.keys = keys
+    `keys`, `next_use`, `block_starts` are the same as python lists, built on first use: the
+    oracle's plan reads the arrays, the per-step readers (evictors, replays) the lists."""
+
+    def __init__(self, keys: np.ndarray, block_starts: np.ndarray, block_iteration: np.ndarray,
+                 block_layer: np.ndarray, iteration_kinds: list[str]):
+        self.keys_array = np.asarray(keys, dtype=np.int64)
+        n = len(self.keys_array)
         self.iteration_kinds = iteration_kinds  # "prefill" or "decode" per iteration
-        self.block_starts = [p for p, _, _ in blocks] + [len(keys)]
-        self.block_iteration = [i for _, i, _ in blocks]
-        self.block_layer = [layer for _, _, layer in blocks]
-        self._block_at = {(i, layer): b for b, (_, i, layer) in enumerate(blocks)}
-        starts, b = [], 0
-        for i in range(n_iterations + 1):  # an iteration without a block starts where the next does
-            while b < len(blocks) and blocks[b][1] < i:
-                b += 1
-            starts.append(self.block_starts[b])
-        self.iteration_starts = starts
+        self.block_starts_array = np.append(np.asarray(block_starts, np.int64), n)
+        self.block_iteration = np.asarray(block_iteration, np.int64)
+        self.block_layer = np.asarray(block_layer, np.int64)
+        # An iteration without a block starts where the next one does.
+        first_block = np.searchsorted(self.block_iteration, np.arange(len(iteration_kinds) + 1))
+        self.iteration_starts = self.block_starts_array[first_block].tolist()
         # Positions grouped by key, ascending within a key [n]: the next use of the position
         # order[i] is order[i + 1] when both hold the same key.
-        arr = np.asarray(keys, dtype=np.int64)
-        self._order = np.argsort(arr, kind="stable")
-        grouped = arr[self._order]
-        nxt = np.full(len(keys), NEVER, dtype=np.int64)
+        small = n and 0 <= self.keys_array.min() and self.keys_array.max() < 1 << 16
+        # uint16 keys: numpy's stable sort is a radix sort, linear in n
+        self._order = np.argsort(self.keys_array.astype(np.uint16) if small else self.keys_array,
+                                 kind="stable")
+        grouped = self.keys_array[self._order]
+        nxt = np.full(n, NEVER, dtype=np.int64)
         same = grouped[1:] == grouped[:-1]
         nxt[self._order[:-1][same]] = self._order[1:][same]
-        self.next_use = nxt.tolist()
+        self.next_use_array = nxt
         self._grouped = grouped
+        self._lists: dict[str, list[int]] = {}
+        self._block_at: dict[tuple[int, int], int] | None = None
         self._positions: dict[int, list[int]] | None = None
+
+    def _list(self, name: str) -> list[int]:
+        if name not in self._lists:
+            self._lists[name] = getattr(self, name + "_array").tolist()
+        return self._lists[name]
+
+    @property
+    def keys(self) -> list[int]:
+        return self._list("keys")
+
+    @property
+    def next_use(self) -> list[int]:
+        return self._list("next_use")
+
+    @property
+    def block_starts(self) -> list[int]:
+        return self._list("block_starts")
 
     @property
     def num_blocks(self) -> int:
@@ -62,10 +82,14 @@ class AccessSequence:
 
     def block_at(self, iteration: int, layer: int) -> int | None:
         """The block of (iteration, layer), None when that step routed to no expert."""
+        if self._block_at is None:  # built on first use: only the per-step readers ask
+            self._block_at = {(i, layer): b for b, (i, layer) in enumerate(
+                zip(self.block_iteration.tolist(), self.block_layer.tolist()))}
         return self._block_at.get((iteration, layer))
 
     def block_keys(self, b: int) -> list[int]:
-        return self.keys[self.block_starts[b]:self.block_starts[b + 1]]
+        starts = self.block_starts
+        return self.keys[starts[b]:starts[b + 1]]
 
     def next_at(self, key: int, pos: int) -> int:
         """The first position >= pos that accesses `key`, NEVER if none."""
@@ -82,8 +106,9 @@ class AccessSequence:
 
     def blocks(self):
         """(block, iteration, layer, keys) in order."""
+        iterations, layers = self.block_iteration.tolist(), self.block_layer.tolist()
         for b in range(self.num_blocks):
-            yield b, self.block_iteration[b], self.block_layer[b], self.block_keys(b)
+            yield b, iterations[b], layers[b], self.block_keys(b)
 
 
 def access_sequence(trace, max_batch: int) -> AccessSequence:
@@ -94,39 +119,26 @@ def access_sequence(trace, max_batch: int) -> AccessSequence:
                          "max_batch = 1 or every request arriving at the same time")
     index = BlockIndex.of(trace)
     schedule = static_schedule(trace.arrival_ms, trace.output_len, max_batch)
-    kinds = [kind for kind, _ in schedule]
-    if all(len(members) == 1 for _, members in schedule):
-        keys, blocks = _single_member(index, schedule, trace.num_experts)
-    else:
-        keys, blocks = _merged(index, schedule, trace.num_experts)
-    return AccessSequence(keys, blocks, kinds)
-
-
-def _single_member(index: BlockIndex, schedule, E: int):
-    """One request per iteration (batch 1): the blocks' unions in schedule order, gathered
-    at once. Returns keys and (first position, iteration, layer) per non-empty block."""
-    L = index.L
-    steps = np.array([index.step_off[r] + s for _, ((r, s),) in schedule], dtype=np.int64)
-    blk = (steps[:, None] * L + np.arange(L)).ravel()  # [I * L] blocks in engine order
+    L, E = index.L, trace.num_experts
+    # Every (iteration, member) pair in schedule order: its iteration and its global step.
+    pair_it = np.array([i for i, (_, members) in enumerate(schedule) for _ in members],
+                       dtype=np.int64)
+    pair_step = np.array([index.step_off[r] + s for _, members in schedule for r, s in members],
+                         dtype=np.int64)
+    blk = (pair_step[:, None] * L + np.arange(L)).ravel()  # [P * L] member blocks
     lo, hi = index.bounds_array[blk], index.bounds_array[blk + 1]
-    keep = hi > lo
-    blk, lo, lens = blk[keep], lo[keep], (hi - lo)[keep]
-    starts = np.concatenate(([0], np.cumsum(lens)))  # [B + 1] first position of each block
-    rows = np.repeat(lo - starts[:-1], lens) + np.arange(starts[-1])  # [n] union rows
-    layer = blk % L
-    keys = np.repeat(layer, lens) * E + index.ids_array[rows]
-    iteration = np.flatnonzero(keep) // L
-    return keys.tolist(), list(zip(starts[:-1].tolist(), iteration.tolist(), layer.tolist()))
-
-
-def _merged(index: BlockIndex, schedule, E: int):
-    """Several requests per iteration: the union of their blocks per layer, in python."""
-    keys: list[int] = []
-    blocks: list[tuple[int, int, int]] = []  # (first position, iteration, layer)
-    for it, (_, members) in enumerate(schedule):
-        for layer in range(index.L):
-            union, _, _ = index.union({r: index.block(r, s, layer) for r, s in members})
-            if union:
-                blocks.append((len(keys), it, layer))
-                keys.extend(layer * E + e for e in union)
-    return keys, blocks
+    lens = hi - lo
+    ends = np.cumsum(lens)
+    rows = np.repeat(lo - (ends - lens), lens) + np.arange(ends[-1] if len(ends) else 0)
+    # The engine's step: the union of the members' ids at (iteration, layer), ascending.
+    step = np.repeat((pair_it[:, None] * L + np.arange(L)).ravel(), lens)  # iteration * L + layer
+    code = step * E + index.ids_array[rows]
+    if any(len(members) > 1 for _, members in schedule):
+        # Sorted: iterations, then layers, then ids; duplicates merged. The codes are one
+        # ascending run per member, so the stable sort (timsort) merges runs.
+        code = np.sort(code, kind="stable")
+        code = code[np.r_[True, code[1:] != code[:-1]]]
+    step = code // E
+    first = np.flatnonzero(np.r_[True, step[1:] != step[:-1]]) if len(step) else step
+    return AccessSequence(code % (L * E), first, step[first] // L, step[first] % L,
+                          [kind for kind, _ in schedule])

@@ -14,10 +14,18 @@ loads. Needs a schedule that does not depend on timing
 from __future__ import annotations
 
 import heapq
+from array import array
+
+import numpy as np
 
 from core.access import access_sequence
 from core.knobs import int_knob
 from systems.base import System
+
+try:  # optional: absent without a compiler, then the plan is the python reference's
+    from systems.belady_fast import belady_plan_arrays as FAST_PLAN
+except ImportError:
+    FAST_PLAN = None
 
 
 def belady_plan(keys: list[int], next_use: list[int], capacity: int):
@@ -53,6 +61,17 @@ def belady_plan(keys: list[int], next_use: list[int], capacity: int):
     return preload, plan
 
 
+def belady_plan_columns(keys: np.ndarray, next_use: np.ndarray, capacity: int, fast=True):
+    """`belady_plan` as (preload keys, load keys, victims, victims' last positions), lists
+    but the last (int64 array); compiled when systems/belady_fast is built and `fast`."""
+    if fast and FAST_PLAN is not None:
+        pre, _, key, victim, victim_last = FAST_PLAN(keys, next_use, capacity)
+        return pre.tolist(), key.tolist(), victim.tolist(), victim_last
+    preload, plan = belady_plan(keys.tolist(), next_use.tolist(), capacity)
+    cols = list(zip(*plan)) or [(), (), (), ()]
+    return preload, list(cols[1]), list(cols[2]), np.array(cols[3], dtype=np.int64)
+
+
 class Oracle(System):
     name = "oracle"
     label = "Belady MIN + earliest prefetch (bound; loads exact, latency heuristic)"
@@ -65,12 +84,11 @@ class Oracle(System):
     def bind(self, ctx):
         super().bind(ctx)
         seq = access_sequence(ctx.trace, ctx.max_batch)
-        keys, starts = seq.keys, seq.block_starts
-        self.preload, self.plan = belady_plan(keys, seq.next_use, ctx.capacity_slots)
-        block_of = [0] * len(keys)
-        for b in range(seq.num_blocks):
-            block_of[starts[b]:starts[b + 1]] = [b] * (starts[b + 1] - starts[b])
-        self.victim_last_block = [block_of[v_last] for _, _, _, v_last in self.plan]
+        self.preload, self.plan_key, self.plan_victim, victim_last = belady_plan_columns(
+            seq.keys_array, seq.next_use_array, ctx.capacity_slots)
+        # The block of each victim's last use; array('q'): 8 bytes per load, not an int object
+        self.victim_last_block = array("q", (np.searchsorted(
+            seq.block_starts_array, victim_last, side="right") - 1).tobytes())
         self.next = 0  # next plan entry to issue
         self.block = -1  # current block index
 
@@ -81,29 +99,29 @@ class Oracle(System):
         self.block += 1
 
     def propose_prefetch(self, now_ms):
-        out = []
-        for i in range(self.next, min(len(self.plan), self.next + self.lookahead)):
-            if self.victim_last_block[i] >= self.block:
+        out, last_block, block = [], self.victim_last_block, self.block
+        for i in range(self.next, min(len(last_block), self.next + self.lookahead)):
+            if last_block[i] >= block:
                 break
-            out.append(self.plan[i][1])
+            out.append(self.plan_key[i])
         return out
 
     def choose_victim(self, candidates, incoming, demand, now_ms):
         """The plan's next victim when the plan's next load is `incoming` and the victim is
         evictable; else None (a demand fetch waits until the victim has run)."""
-        if self.next < len(self.plan) and self.plan[self.next][1] == incoming:
-            victim = self.plan[self.next][2]
+        if self.next < len(self.plan_key) and self.plan_key[self.next] == incoming:
+            victim = self.plan_victim[self.next]
             if victim in candidates:
                 return victim
         return None
 
     def on_evict(self, key, now_ms):
         # Only the victim choose_victim named is evicted: the plan's next entry is done.
-        if self.next < len(self.plan) and self.plan[self.next][2] == key:
+        if self.next < len(self.plan_victim) and self.plan_victim[self.next] == key:
             self.next += 1
 
     def describe(self):
         out = super().describe()
-        if hasattr(self, "plan"):
-            out["min_loads"] = len(self.plan)
+        if hasattr(self, "plan_key"):
+            out["min_loads"] = len(self.plan_key)
         return out

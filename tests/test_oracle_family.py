@@ -149,7 +149,7 @@ def test_choose_victim_is_pure():
     # oracle: its plan advances only when the engine reports the eviction
     engine = _bound(Oracle(prefetch=False))
     oracle = engine.system
-    pos, key, victim, _ = oracle.plan[0]
+    key, victim = oracle.plan_key[0], oracle.plan_victim[0]
     everything = EvictableSet(range(8))
     assert oracle.choose_victim(everything, key, True, 0.0) == victim
     assert oracle.choose_victim(everything, key, True, 0.0) == victim and oracle.next == 0

@@ -31,8 +31,8 @@ TABLE1_SYSTEMS = TABLE1_GLOB  # make reproduce-table1's systems
 # and recorder's alone: their figure is reported (met: None), and the engine's target is
 # checked on the others, which run the same engine and recorder over the same accesses.
 POLICY_STATE = {
-    "oracle": "MIN's plan and the whole access sequence with its next-use chain "
-              "(core/access.py), python lists of the run's future",
+    "oracle": "MIN's plan (a load key, a victim and its last block per load) and, while "
+              "it is planned, the access sequence with its next-use chain (core/access.py)",
     "diff_moe": "its warm-up (profiling pass and predictor training over the calibration "
                 "split) peaks above the run; a fixed cost, not one per access",
 }
