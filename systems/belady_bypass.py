@@ -7,7 +7,11 @@ nothing extra). Admitted residents get capacity - 1 slots; the bypassed expert s
 scratch slot (and serves hits) until the next bypass replaces it. An admitted expert evicts
 an admitted resident, so the cache never holds more than its capacity and the engine needs
 no change. Hence MIN(capacity) <= loads <= MIN(capacity - 1): the scratch slot is a slot MIN
-could have used, and MIN at capacity - 1 is bypass that never bypasses.
+could have used, and MIN at capacity - 1 is bypass that never bypasses. Both MINs are over the
+access sequence's order (core/access.py: ascending ids within a step), which the victims read;
+the engine serves a step's residents before its misses, and MIN over that served order can
+be lower (tiny model, 5 experts, 2 layers, top-2, two 2-token requests, random_trace seed
+7434, 7 slots: 12 loads = MIN(sequence, 6), MIN(served, 6) = 11).
 
 Rules (key-level; `Bypass` wraps any evictor, analysis/gap.py uses it the same way):
   - admitted slots free: admit;
