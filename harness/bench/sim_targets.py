@@ -49,10 +49,18 @@ def checks(figures: dict, table1: dict | None) -> list[tuple[str, float | None, 
                         f.get("ratio") is not None and f["ratio"] >= want))
         for suffix, limit, label in (("_1000_requests", MAX_COST_1000, "cost at 1000 req"),
                                      ("_batch32", MAX_COST_BATCH32, "cost at batch 32")):
+            # Binding: per-access cost relative to the reference loop measured beside it
+            # (ratio / ratio there), as the ratio target; the absolute one is reported.
+            other = f.get("ratio" + suffix)
+            if other and f.get("ratio"):
+                cost = f["ratio"] / other
+                out.append((f"{system} {label} / Table 1 (vs the reference beside it)", cost,
+                            f"<= {limit}", cost <= limit))
             other = f.get("accesses_per_cpu_s" + suffix)
             if other:
-                cost = f["accesses_per_cpu_s"] / other
-                out.append((f"{system} {label} / Table 1", cost, f"<= {limit}", cost <= limit))
+                out.append((f"{system} {label} / Table 1, absolute CPU s per access",
+                            f["accesses_per_cpu_s"] / other, "none: the machine's noise too",
+                            None))
         b = f.get("bytes_per_access_beyond_trace")
         if b is not None and system in POLICY_STATE:
             out.append((f"{system} B/access beyond trace, its policy's state included "
