@@ -1,6 +1,6 @@
 # cython: boundscheck=False, wraparound=False, cdivision=True, initializedcheck=False
 """Belady's MIN plan compiled: the same plan as systems/oracle.py's `belady_plan` (the python
-reference; tests/test_oracle_family.py asserts equal plans), over int64 arrays.
+reference; tests/test_belady_fast.py asserts equal plans), over int64 arrays.
 
 A binary min-heap of int64 codes (n - next use) * width + key, lazily invalidated as in the
 reference (an entry is current while it equals cur[key]); rebuilt from the residents when it
@@ -44,8 +44,9 @@ cdef inline void _sift_up(int64_t[::1] h, Py_ssize_t i) noexcept nogil:
 
 def belady_plan_arrays(const int64_t[::1] keys, const int64_t[::1] next_use,
                        Py_ssize_t capacity):
-    """MIN with `capacity` slots. Returns (preload int64 [P], pos, key, victim, victim_last
-    int64 [M]): the first `capacity` distinct keys, then one row per load after them."""
+    """MIN with `capacity` slots. Returns (preload int64 [P], key, victim, victim_last
+    int64 [M]): the first `capacity` distinct keys, then one row per load after them (the
+    reference's load position is not kept: the oracle reads none)."""
     cdef Py_ssize_t n = keys.shape[0], p, size = 0, m = 0, n_pre = 0, k
     cdef Py_ssize_t resident = 0
     if capacity < 1:
@@ -59,7 +60,7 @@ def belady_plan_arrays(const int64_t[::1] keys, const int64_t[::1] next_use,
     pre_np = np.empty(min(<int64_t>capacity, width), dtype=np.int64)
     cdef int64_t[::1] pre = pre_np
     # The plan's rows, grown by doubling (loads are usually well below n)
-    out_np = np.empty((4, max(n // 4, 16)), dtype=np.int64)
+    out_np = np.empty((3, max(n // 4, 16)), dtype=np.int64)
     cdef int64_t[:, ::1] out = out_np
     for p in range(n):
         key = keys[p]
@@ -80,14 +81,13 @@ def belady_plan_arrays(const int64_t[::1] keys, const int64_t[::1] next_use,
                         break
                 cur[victim] = -1
                 if m == out.shape[1]:
-                    grown = np.empty((4, 2 * m), dtype=np.int64)
+                    grown = np.empty((3, 2 * m), dtype=np.int64)
                     grown[:, :m] = out_np
                     out_np = grown
                     out = out_np
-                out[0, m] = p
-                out[1, m] = key
-                out[2, m] = victim
-                out[3, m] = last[victim]
+                out[0, m] = key
+                out[1, m] = victim
+                out[2, m] = last[victim]
                 m += 1
         nu = next_use[p]
         code = (n - (nu if nu < n else n)) * width + key
@@ -108,4 +108,4 @@ def belady_plan_arrays(const int64_t[::1] keys, const int64_t[::1] next_use,
             size += 1
             _sift_up(heap, size - 1)
     return (pre_np[:n_pre].copy(), out_np[0, :m].copy(), out_np[1, :m].copy(),
-            out_np[2, :m].copy(), out_np[3, :m].copy())
+            out_np[2, :m].copy())

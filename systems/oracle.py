@@ -65,7 +65,7 @@ def belady_plan_columns(keys: np.ndarray, next_use: np.ndarray, capacity: int, f
     """`belady_plan` as (preload keys, load keys, victims, victims' last positions), lists
     but the last (int64 array); compiled when systems/belady_fast is built and `fast`."""
     if fast and FAST_PLAN is not None:
-        pre, _, key, victim, victim_last = FAST_PLAN(keys, next_use, capacity)
+        pre, key, victim, victim_last = FAST_PLAN(keys, next_use, capacity)
         return pre.tolist(), key.tolist(), victim.tolist(), victim_last
     preload, plan = belady_plan(keys.tolist(), next_use.tolist(), capacity)
     cols = list(zip(*plan)) or [(), (), (), ()]
