@@ -33,19 +33,6 @@ MI_CLONES static void mi_axpy(double* y, double a, const double* x, Py_ssize_t n
         *(mi_v4*)(y + e) = *(mi_v4*)(y + e) + av * *(const mi_v4*)(x + e);
     for (; e < n; e++) y[e] += a * x[e];
 }
-MI_CLONES static void mi_add(double* acc, const double* x, double sign, Py_ssize_t n) {
-    /* acc += x (sign 1) or acc -= x (sign -1): integers, exact */
-    Py_ssize_t e = 0;
-    if (sign > 0) {
-        for (; e + 4 <= n; e += 4)
-            *(mi_v4*)(acc + e) = *(mi_v4*)(acc + e) + *(const mi_v4*)(x + e);
-        for (; e < n; e++) acc[e] += x[e];
-    } else {
-        for (; e + 4 <= n; e += 4)
-            *(mi_v4*)(acc + e) = *(mi_v4*)(acc + e) - *(const mi_v4*)(x + e);
-        for (; e < n; e++) acc[e] -= x[e];
-    }
-}
 
 /* Keep the m highest (value, then lowest index) of those offered in index order: v goes
    after every kept value >= v (numpy argmax's first of equal values). val, idx [m].

@@ -12,7 +12,6 @@ index as numpy's argmax does. tests/test_moe_infinity_fast.py checks both paths 
 
 from cpython.mem cimport PyMem_Free, PyMem_Malloc
 from libc.math cimport INFINITY, sqrt
-from libc.string cimport memcpy
 
 from systems.moe_infinity_fast_c cimport *  # the C helpers, MAX_TOP, the planes
 
@@ -80,23 +79,26 @@ cdef class RowKernel:
     def predict(self, const double[:, ::1] rows, list add, list sub, bint fresh):
         """predict_one's sums (fresh: the rows of `add` alone, else the kept sum plus `add`
         minus `sub`), then P, its variance and VAR."""
-        cdef Py_ssize_t i, width = rows.shape[1]
+        cdef Py_ssize_t i, nadd = len(add), nsub = len(sub)
         cdef double* acc = &self.acc[self.r, 0]
-        cdef double* share = &self.parts[self.r, SHARE, 0]
-        cdef double* pvar = &self.parts[self.r, PVAR, 0]
-        cdef const double* keep2 = &self.parts[self.r, KEEP2, 0]
-        cdef const double* own_var = &self.parts[self.r, OWN_VAR, 0]
-        cdef double* var = &self.parts[self.r, VAR, 0]
-        cdef const double* x
-        for i in range(len(add)):
-            x = &rows[add[i], 0]
-            if fresh and i == 0:
-                memcpy(acc, x, width * sizeof(double))
-            else:
-                mi_add(acc, x, 1.0, width)
-        for i in range(len(sub)):
-            mi_add(acc, &rows[sub[i], 0], -1.0, width)
-        mi_predicted(acc, share, pvar, keep2, own_var, var, NULL, NULL, NULL, self.L, self.E)
+        if fresh and nadd == 0:
+            raise ValueError("predict: a fresh sum needs at least one matched entry")
+        # row pointers, added then subtracted (any match_top: not bounded by MAX_TOP here)
+        cdef const double** ptr = <const double**>PyMem_Malloc(
+            max(nadd + nsub, 1) * sizeof(double*))
+        if ptr == NULL:
+            raise MemoryError()
+        try:
+            for i in range(nadd):
+                ptr[i] = &rows[add[i], 0]
+            for i in range(nsub):
+                ptr[nadd + i] = &rows[sub[i], 0]
+            mi_sum_rows(acc, ptr, nadd, ptr + nadd, nsub, fresh, rows.shape[1])
+        finally:
+            PyMem_Free(ptr)
+        mi_predicted(acc, &self.parts[self.r, SHARE, 0], &self.parts[self.r, PVAR, 0],
+                     &self.parts[self.r, KEEP2, 0], &self.parts[self.r, OWN_VAR, 0],
+                     &self.parts[self.r, VAR, 0], NULL, NULL, NULL, self.L, self.E)
 
     def blend_keys(self, Py_ssize_t lo, Py_ssize_t hi):
         """blend_one on keys lo..hi - 1: P + mix (own - P)."""

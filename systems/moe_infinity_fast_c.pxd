@@ -6,7 +6,6 @@ cdef extern from "moe_infinity_fast.h":
     void mi_blend(const double* p, const double* own, const double* mix, double* out,
                   Py_ssize_t lo, Py_ssize_t hi) noexcept nogil
     void mi_axpy(double* y, double a, const double* x, Py_ssize_t n) noexcept nogil
-    void mi_add(double* acc, const double* x, double sign, Py_ssize_t n) noexcept nogil
     int mi_insert(double* val, Py_ssize_t* idx, int n, int m, double v,
                   Py_ssize_t i) noexcept nogil
     void mi_own_block(const double* eam, double* own, double* own_var, double* var,
