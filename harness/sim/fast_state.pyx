@@ -155,8 +155,10 @@ cdef class FastRecorder:
         self.stored = None
 
     def reserve(self, Py_ssize_t accesses, Py_ssize_t blocks) -> None:
-        """Room for this many accesses and blocks (an upper bound: the trace's block unions):
-        no regrowth copies, and pages never written are never resident."""
+        """Room for this many accesses and blocks (an upper bound: the trace's block unions)
+        and as many transfers (each access demand-fetches at most once; prefetches beyond
+        that regrow): no regrowth copies, whose old and new buffers would both count in
+        the peak, and pages never written are never resident."""
         self.a_expert.reserve(accesses)
         self.a_class.reserve(accesses)
         self.a_tid.reserve(accesses)
@@ -166,6 +168,13 @@ cdef class FastRecorder:
         self.b_iteration.reserve(blocks)
         self.b_layer.reserve(blocks)
         self.b_end.reserve(blocks)
+        self.t_key.reserve(accesses)
+        self.t_kind.reserve(accesses)
+        self.t_proposed.reserve(accesses)
+        self.t_issue.reserve(accesses)
+        self.t_start.reserve(accesses)
+        self.t_ready.reserve(accesses)
+        self.t_evict.reserve(accesses)
 
     cdef int transfer_c(self, long long key, signed char kind, double proposed, double issue,
                         double start, double ready) except -1:
