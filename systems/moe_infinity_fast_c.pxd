@@ -16,6 +16,8 @@ cdef extern from "moe_infinity_fast.h":
                       const double* mix, double* blend, Py_ssize_t L, Py_ssize_t E) noexcept nogil
     void mi_sum_rows(double* acc, const double* const* add, int nadd,
                      const double* const* sub, int nsub, int fresh, Py_ssize_t n) noexcept nogil
+    void mi_max_rows(double* out, const double* const* rows, int nrows,
+                     Py_ssize_t n) noexcept nogil
 
 cdef enum:
     MAX_TOP = 8  # the longest ranking kept in C (ARGMAX_TOP and the usual max_proposal)

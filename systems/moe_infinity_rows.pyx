@@ -15,8 +15,8 @@ index. tests/test_moe_infinity_fast.py checks the batch path with and without it
 """
 
 cimport cython
+from cpython.mem cimport PyMem_Free, PyMem_Malloc
 from libc.math cimport sqrt
-from libc.string cimport memcpy
 
 import numpy as np
 
@@ -173,18 +173,18 @@ cdef class TableKernel:
 
     cdef object _max_rows(self, list states):
         """blend[rows].max(axis=0) [L*E]: numpy's maximum, a NaN kept once met."""
-        cdef Py_ssize_t i, e, LE = self.L * self.E
-        score = np.empty(LE)
+        cdef Py_ssize_t i, nrows = len(states)
+        score = np.empty(self.L * self.E)
         cdef double[::1] out = score
-        cdef const double* b
-        cdef double x
-        memcpy(&out[0], &self.blend[<Py_ssize_t>states[0].row, 0], LE * sizeof(double))
-        for i in range(1, len(states)):
-            b = &self.blend[<Py_ssize_t>states[i].row, 0]
-            for e in range(LE):
-                x = b[e]
-                if x > out[e] or x != x:
-                    out[e] = x
+        cdef const double** ptr = <const double**>PyMem_Malloc(nrows * sizeof(double*))
+        if ptr == NULL:
+            raise MemoryError()
+        try:
+            for i in range(nrows):
+                ptr[i] = &self.blend[<Py_ssize_t>states[i].row, 0]
+            mi_max_rows(&out[0], ptr, <int>nrows, self.L * self.E)
+        finally:
+            PyMem_Free(ptr)
         return score
 
     cdef bint _predict(self, st, Py_ssize_t r, const double[:, ::1] rows) except -1:
