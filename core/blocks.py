@@ -74,11 +74,14 @@ def block_unions(trace, arr: np.ndarray | None = None) -> tuple[np.ndarray, np.n
 def block_expert_counts(trace) -> np.ndarray:
     """Tokens per expert in every block (global step * L + layer): float32 [n_blocks, E].
 
-    Dense, for warm-up passes over a calibration trace (the engine uses `block_unions`)."""
+    Dense, for warm-up passes over a calibration trace (the engine uses `block_unions`):
+    its unions scattered into the rows, never an [N * k] index of every token's choice."""
     n_blocks, E = len(trace.block_offsets) - 1, trace.num_experts
-    block_of_row = np.repeat(np.arange(n_blocks), np.diff(trace.block_offsets))  # [N]
-    flat = (block_of_row[:, None] * E + trace.topk.astype(np.int64)).ravel()  # [N * k]
-    return np.bincount(flat, minlength=n_blocks * E).reshape(n_blocks, E).astype(np.float32)
+    ids, counts, bounds = block_unions(trace)
+    out = np.zeros((n_blocks, E), np.float32)
+    block = np.repeat(np.arange(n_blocks), np.diff(bounds))  # [entries]
+    out.reshape(-1)[block * E + ids] = counts  # integers: exact in float32
+    return out
 
 
 class BlockIndex:
