@@ -32,44 +32,13 @@ import tempfile
 import time
 from pathlib import Path
 
+from harness.bench.process import cpu_s_of, current_rss_mb, peak_rss_mb, reset_peak, trim_heap
 from harness.bench.sim_targets import TABLE1_SYSTEMS, checks, time_table1
 
 LABEL = "SIMULATED engine timing on synthetic routing"
 BLAS_ENV = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 # (JSON key suffix, requests (None: --requests), max_batch)
 SETTINGS = (("", None, 1), ("_1000_requests", 1000, 1), ("_batch32", None, 32))
-
-
-def _rss_mb() -> float:
-    """Peak RSS of this process since start, or since the last `_reset_peak()` (MiB)."""
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
-
-
-def _current_rss_mb() -> float | None:
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    except OSError:
-        pass
-    return None
-
-
-def _reset_peak() -> bool:
-    """Reset the peak to the current RSS (Linux: clear_refs 5, which ru_maxrss follows), so
-    the engine's own peak is seen under trace generation's; False where not possible (the
-    peaks are then cumulative)."""
-    try:
-        Path("/proc/self/clear_refs").write_text("5")
-    except OSError:
-        return False
-    return True
-
-
-def _cpu(fn):
-    t0 = time.process_time()
-    out = fn()
-    return out, time.process_time() - t0
 
 
 def child(system_name: str, requests: int, max_batch: int, repeats: int, check: bool) -> dict:
@@ -98,22 +67,22 @@ def child(system_name: str, requests: int, max_batch: int, repeats: int, check: 
     model = model_spec_from_dict(cfg["model"], "model")
     hw = hardware_spec_from_dict(cfg["hardware"], "hardware")
     out = {"system": system_name, "requests": requests, "max_batch": max_batch,
-           "rss_start_mb": _rss_mb()}
+           "rss_start_mb": peak_rss_mb()}
     probe = build_target(cfg["system"], "system", System)
     # as harness/runner/run.py: the traces hold the per-token fields the system reads
-    trace, gen_s = _cpu(lambda: load_routing(cfg, model, "measure", fields=probe.uses_fields))
+    trace, gen_s = cpu_s_of(lambda: load_routing(cfg, model, "measure", fields=probe.uses_fields))
     max_ctx = int(np.max(trace.prompt_len.astype(np.int64) + trace.output_len))
     plan = plan_memory(model, hw, max_ctx, max_batch, cfg.get("expert_cache_gb"))
     calib = None
     if probe.needs_calibration():
-        calib, calib_s = _cpu(lambda: load_routing(cfg, model, "calibration",
+        calib, calib_s = cpu_s_of(lambda: load_routing(cfg, model, "calibration",
                                                    cfg["calibration_requests"],
                                                    fields=probe.uses_fields))
         gen_s += calib_s
     out["trace_gen_cpu_s"] = gen_s
-    out["peak_rss_trace_mb"] = _rss_mb()  # imports + trace generation
-    out["rss_after_trace_mb"] = _current_rss_mb()  # what the traces keep
-    out["peak_reset"] = _reset_peak()
+    out["peak_rss_trace_mb"] = peak_rss_mb()  # imports + trace generation
+    out["rss_after_trace_mb"] = current_rss_mb()  # what the traces keep
+    out["peak_reset"] = reset_peak()
     if probe.needs_all_experts and plan.expert_cache_bytes < model.total_expert_bytes:
         out["status"] = "oom"
         return out
@@ -124,24 +93,29 @@ def child(system_name: str, requests: int, max_batch: int, repeats: int, check: 
         for t in (trace, calib):  # every run builds its indexes, as a fresh process does
             if t is not None:
                 BlockIndex.forget(t)
-        t0 = time.process_time()
+        gc.collect()
+        out["heap_trimmed"] = trim_heap()  # every run starts as a fresh process's would
+        t0, ru0 = time.process_time(), resource.getrusage(resource.RUSAGE_SELF)
         engine = Engine(model, SimBackend(model, hw), trace, system, plan.expert_cache_bytes,
                         max_batch)
         parts["engine_init_s"] = time.process_time() - t0
         out["engine_core"] = engine.core
         if calib is not None:
-            _, parts["warmup_s"] = _cpu(lambda: system.warmup(calib))
-        rec, parts["run_s"] = _cpu(engine.run)
+            _, parts["warmup_s"] = cpu_s_of(lambda: system.warmup(calib))
+        rec, parts["run_s"] = cpu_s_of(engine.run)
         if memory is not None:  # traces + the engine (index, cache) and the recorder's columns
-            memory["engine"] = _rss_mb()
-        tables, parts["tables_s"] = _cpu(rec.stored_tables)  # as harness/runner/run.py
+            memory["engine"] = peak_rss_mb()
+        tables, parts["tables_s"] = cpu_s_of(rec.stored_tables)  # as harness/runner/run.py
         if memory is not None:  # + the stored tables (per-access iteration and layer)
-            memory["tables"] = _rss_mb()
-        metrics, parts["summarize_s"] = _cpu(lambda: summarize(
+            memory["tables"] = peak_rss_mb()
+        metrics, parts["summarize_s"] = cpu_s_of(lambda: summarize(
             full_tables(tables), trace.arrival_ms, model.expert_bytes, *slo))
         if memory is not None:  # + the summary's transient columns
-            memory["metrics"] = _rss_mb()
+            memory["metrics"] = peak_rss_mb()
         parts["total_s"] = time.process_time() - t0
+        # The kernel's share (page faults of fresh arrays, above all): user and system CPU
+        ru = resource.getrusage(resource.RUSAGE_SELF)
+        parts["user_s"], parts["sys_s"] = ru.ru_utime - ru0.ru_utime, ru.ru_stime - ru0.ru_stime
         return parts, {"tables": tables, "metrics": metrics}, rec.num_accesses
 
     # Run 0 gives the memory figures and the written result; the reference's stream is built
@@ -154,13 +128,13 @@ def child(system_name: str, requests: int, max_batch: int, repeats: int, check: 
     runs = [parts]
     out.update(peak_rss_engine_mb=memory["engine"], peak_rss_tables_mb=memory["tables"],
                peak_rss_metrics_mb=memory["metrics"])
-    _, out["compute_floor_cpu_s"] = _cpu(lambda: compute_floor_ms(model, hw, trace, max_batch))
+    _, out["compute_floor_cpu_s"] = cpu_s_of(lambda: compute_floor_ms(model, hw, trace, max_batch))
     with tempfile.TemporaryDirectory() as tmp:
         result = {"run_id": "bench-sim", "config": cfg, "metrics": last["metrics"]}
-        _, out["write_cpu_s"] = _cpu(lambda: write_run(Path(tmp) / "run", result,
+        _, out["write_cpu_s"] = cpu_s_of(lambda: write_run(Path(tmp) / "run", result,
                                                         last["tables"], trace.request_ids))
     # The whole run: trace generation, engine, tables, metrics, result writing.
-    out["peak_rss_mb"] = max(_rss_mb(), out["peak_rss_trace_mb"])
+    out["peak_rss_mb"] = max(peak_rss_mb(), out["peak_rss_trace_mb"])
     if out["rss_after_trace_mb"] is not None and out["peak_reset"]:
         for name, key in (("", "peak_rss_engine_mb"), ("_with_tables", "peak_rss_tables_mb"),
                           ("_with_metrics", "peak_rss_metrics_mb")):
@@ -175,7 +149,7 @@ def child(system_name: str, requests: int, max_batch: int, repeats: int, check: 
     ref_n = reference_lru.stream_accesses(stream)
 
     def reference() -> tuple[dict, float]:
-        return _cpu(lambda: reference_lru.replay(stream, model.num_moe_layers, slots, spl))
+        return cpu_s_of(lambda: reference_lru.replay(stream, model.num_moe_layers, slots, spl))
 
     refs = [reference()]
     for _ in range(repeats - 1):
@@ -186,8 +160,9 @@ def child(system_name: str, requests: int, max_batch: int, repeats: int, check: 
     med = statistics.median(p["total_s"] for p in runs)
     ref_s = statistics.median(s for _, s in refs)
     pair_ratios = [(n_acc / p["total_s"]) / (ref_n / ref_t) for p, (_, ref_t) in zip(runs, refs)]
+    mid = min(runs, key=lambda p: abs(p["total_s"] - med))
     out.update(status="ok", accesses=n_acc, cpu_s=med, accesses_per_cpu_s=n_acc / med,
-               cpu_s_parts=min(runs, key=lambda p: abs(p["total_s"] - med)),
+               cpu_s_parts=mid, sys_share=mid["sys_s"] / max(mid["user_s"] + mid["sys_s"], 1e-9),
                reference_accesses=ref_n, reference_cpu_s=ref_s,
                reference_accesses_per_cpu_s=ref_n / ref_s,
                pair_ratios=pair_ratios, ratio=statistics.median(pair_ratios))
@@ -306,7 +281,7 @@ def main(argv: list[str]) -> int:
         details[tag] = {}
         print(f"\n{tag}\n{'system':<14}{'accesses':>10}{'acc/cpu-s':>11}{'ref acc/cpu-s':>14}"
               f"{'ratio':>8}{'rss trace':>10}{'engine pk':>10}{'peak rss':>9}{'MB':>3}"
-              f"{'gen s':>7}{'write s':>8}")
+              f"{'gen s':>7}{'write s':>8}{'sys %':>6}")
         for name in systems:
             r = _spawn(name, n_req, batch, args.repeats, check is None and name == "lru"
                        and batch == 1 and suffix == "")
@@ -319,7 +294,8 @@ def main(argv: list[str]) -> int:
                         "peak_rss_metrics_mb", "rss_after_trace_mb", "ratio",
                         "reference_accesses_per_cpu_s", "bytes_per_access_beyond_trace",
                         "bytes_per_access_beyond_trace_with_tables",
-                        "bytes_per_access_beyond_trace_with_metrics", "engine_core"):
+                        "bytes_per_access_beyond_trace_with_metrics", "engine_core",
+                        "sys_share"):
                 f[key + suffix] = r.get(key)
             print(f"{name:<14}{_fmt(r.get('accesses'), 'd'):>10}"
                   f"{_fmt(r.get('accesses_per_cpu_s'), ',.0f'):>11}"
@@ -329,6 +305,7 @@ def main(argv: list[str]) -> int:
                   f"{_fmt(r.get('peak_rss_mb'), '.0f'):>9}{'':>3}"
                   f"{_fmt(r.get('trace_gen_cpu_s'), '.2f'):>7}"
                   f"{_fmt(r.get('write_cpu_s'), '.2f'):>8}"
+                  f"{_fmt(None if r.get('sys_share') is None else 100 * r['sys_share'], '.0f'):>6}"
                   + ("" if r["status"] == "ok" else f"  {r['status']}"))
             if r["status"] == "failed":
                 print(r["error"], file=sys.stderr)

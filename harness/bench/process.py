@@ -1,0 +1,57 @@
+"""What the bench-sim child measures of its own process: peak and current RSS, CPU seconds,
+and a heap trimmed between repeated runs (harness/bench/sim.py)."""
+
+from __future__ import annotations
+
+import resource
+import time
+from pathlib import Path
+
+
+def peak_rss_mb() -> float:
+    """Peak RSS of this process since start, or since the last `reset_peak()` (MiB)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
+
+
+def current_rss_mb() -> float | None:
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return None
+
+
+def reset_peak() -> bool:
+    """Reset the peak to the current RSS (Linux: clear_refs 5, which ru_maxrss follows), so
+    the engine's own peak is seen under trace generation's; False where not possible (the
+    peaks are then cumulative)."""
+    try:
+        Path("/proc/self/clear_refs").write_text("5")
+    except OSError:
+        return False
+    return True
+
+
+def trim_heap() -> bool:
+    """Give the C heap's free pages back to the OS (glibc malloc_trim), so a repeated run
+    faults its arrays in as a fresh process does: without it, a run's arrays under glibc's
+    32 MB mmap threshold reuse the pages of the run before (no page faults) and larger ones do
+    not, which made small traces look cheaper per access than large ones. False where the C
+    library has no malloc_trim."""
+    import ctypes
+    import ctypes.util
+
+    try:
+        ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        return False
+    return True
+
+
+def cpu_s_of(fn):
+    """(fn(), CPU seconds of this process it took: user + system)."""
+    t0 = time.process_time()
+    out = fn()
+    return out, time.process_time() - t0
