@@ -14,6 +14,7 @@ def peak_rss_mb() -> float:
 
 
 def current_rss_mb() -> float | None:
+    """RSS of this process now (MiB; Linux /proc), None where it cannot be read."""
     try:
         for line in Path("/proc/self/status").read_text().splitlines():
             if line.startswith("VmRSS:"):

@@ -76,8 +76,8 @@ def child(system_name: str, requests: int, max_batch: int, repeats: int, check: 
     calib = None
     if probe.needs_calibration():
         calib, calib_s = cpu_s_of(lambda: load_routing(cfg, model, "calibration",
-                                                   cfg["calibration_requests"],
-                                                   fields=probe.uses_fields))
+                                                       cfg["calibration_requests"],
+                                                       fields=probe.uses_fields))
         gen_s += calib_s
     out["trace_gen_cpu_s"] = gen_s
     out["peak_rss_trace_mb"] = peak_rss_mb()  # imports + trace generation
@@ -132,7 +132,7 @@ def child(system_name: str, requests: int, max_batch: int, repeats: int, check: 
     with tempfile.TemporaryDirectory() as tmp:
         result = {"run_id": "bench-sim", "config": cfg, "metrics": last["metrics"]}
         _, out["write_cpu_s"] = cpu_s_of(lambda: write_run(Path(tmp) / "run", result,
-                                                        last["tables"], trace.request_ids))
+                                                           last["tables"], trace.request_ids))
     # The whole run: trace generation, engine, tables, metrics, result writing.
     out["peak_rss_mb"] = max(peak_rss_mb(), out["peak_rss_trace_mb"])
     if out["rss_after_trace_mb"] is not None and out["peak_reset"]:
