@@ -93,7 +93,7 @@ def child(system_name: str, requests: int, max_batch: int, repeats: int, check: 
         for t in (trace, calib):  # every run builds its indexes, as a fresh process does
             if t is not None:
                 BlockIndex.forget(t)
-        gc.collect()
+        gc.collect()  # the run before's tables and engine, before the heap is trimmed
         out["heap_trimmed"] = trim_heap()  # every run starts as a fresh process's would
         t0, ru0 = time.process_time(), resource.getrusage(resource.RUSAGE_SELF)
         engine = Engine(model, SimBackend(model, hw), trace, system, plan.expert_cache_bytes,
@@ -122,7 +122,6 @@ def child(system_name: str, requests: int, max_batch: int, repeats: int, check: 
     # after them, so it is not in those peaks. Every engine run is then followed by one run
     # of the reference loop (same process, same trace, batch 1): each pair's ratio sees the
     # machine in the same state, and the median pair ratio is the binding figure.
-    gc.collect()
     memory: dict = {}
     parts, last, n_acc = one_run(build_target(cfg["system"], "system", System), memory)
     runs = [parts]
@@ -153,7 +152,6 @@ def child(system_name: str, requests: int, max_batch: int, repeats: int, check: 
 
     refs = [reference()]
     for _ in range(repeats - 1):
-        gc.collect()
         parts, _, _ = one_run(build_target(cfg["system"], "system", System))
         runs.append(parts)
         refs.append(reference())
