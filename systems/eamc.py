@@ -38,6 +38,9 @@ class EAMC:
         self.prefix = np.zeros((num_layers, capacity))  # [l, slot]: sum of squares, layers 0..l
         # [l, slot]: 1 / sqrt(prefix) (0 for an empty prefix)
         self.inv_norm = np.zeros((num_layers, capacity))
+        # [L*E] every stored EAM's counts summed, kept with each insert: the whole collection's
+        # prediction (predicted()) without summing n columns at every request start
+        self.sum_counts = np.zeros(LE)
         self.n = 0
         self.replaced = 0
         self.version = 0  # bumped on every insert: cached dot products are then stale
@@ -51,11 +54,13 @@ class EAMC:
         else:
             slot = int(np.argmax(self.cosine(eam.ravel())))
             self.replaced += 1
+            self.sum_counts -= self.cols[:, slot]  # integers: exact, as a fresh sum
         if slot >= self.cols.shape[1]:
             wider = np.zeros((len(self.cols), min(self.capacity, 2 * self.cols.shape[1])))
             wider[:, :self.cols.shape[1]] = self.cols
             self.cols = wider
         self.cols[:, slot] = eam.ravel()
+        self.sum_counts += self.cols[:, slot]
         self.rows[slot, :eam.size] = eam.ravel()
         self.totals[slot] = eam.sum(axis=1)
         self.all_layers[slot] = bool(self.totals[slot].all())
@@ -91,7 +96,7 @@ class EAMC:
         variance of each share as a binomial estimate from the row's n counts, s (1 - s) / n.
         Sums of integer counts are exact, so the order of the entries cannot change either."""
         if slots is None:
-            counts = self.cols[:, :self.n].sum(axis=1)
+            counts = self.sum_counts.copy()
         else:
             counts = self.rows[list(slots)].sum(axis=0)[:self.L * self.E]
         counts = counts.reshape(self.L, self.E)
