@@ -56,6 +56,33 @@ static inline int mi_insert(double* val, Py_ssize_t* idx, int n, int m, double v
     return n + 1;
 }
 
+/* The m highest of dots[j] * scale[j] over j < n, as mi_insert keeps them offered in index
+   order; returns the count. Once m are kept, four products at a time are compared with the
+   m-th kept value and only a lane that beats it is offered: the lanes skipped are those
+   mi_insert would refuse (NaN included), and every product is the same IEEE multiply, so
+   the result is the scalar loop's. */
+typedef long long mi_m4 __attribute__((vector_size(32)));
+MI_CLONES static int mi_top_scaled(const double* dots, const double* scale, Py_ssize_t n,
+                                   int m, double* val, Py_ssize_t* idx) {
+    Py_ssize_t j = 0;
+    int kept = 0, lane;
+    mi_v4 p, lo;
+    mi_m4 beats;
+    for (; j < n && kept < m; j++)
+        kept = mi_insert(val, idx, kept, m, dots[j] * scale[j], j);
+    for (; j + 4 <= n; j += 4) {
+        p = *(const mi_v4*)(dots + j) * *(const mi_v4*)(scale + j);
+        lo = (mi_v4){val[m - 1], val[m - 1], val[m - 1], val[m - 1]};
+        beats = p > lo;
+        if (beats[0] | beats[1] | beats[2] | beats[3])
+            for (lane = 0; lane < 4; lane++)
+                kept = mi_insert(val, idx, kept, m, p[lane], j + lane);
+    }
+    for (; j < n; j++)
+        kept = mi_insert(val, idx, kept, m, dots[j] * scale[j], j);
+    return kept;
+}
+
 /* The own shares of one row's layer block lo..hi - 1 after its counts changed: own = eam *
    inv (inv = 1 / the layer's tokens), own_var = (1 - own) own inv w2 (w2 = own_weight^2),
    var = keep2 * pvar + own_var. Every pointer is the row's [L*E]. */
@@ -116,7 +143,6 @@ MI_CLONES static void mi_predicted(const double* acc, double* share, double* pva
 /* out = the element-wise maximum of rows[0..nrows-1] [n], taken row after row as numpy's
    maximum.reduce: a value replaces the running one when it is larger or NaN (so a NaN, once
    met, stays). Selections only, four lanes at a time: the same values as the scalar loop. */
-typedef long long mi_m4 __attribute__((vector_size(32)));
 MI_CLONES static void mi_max_rows(double* out, const double* const* rows, int nrows,
                                   Py_ssize_t n) {
     Py_ssize_t e = 0;

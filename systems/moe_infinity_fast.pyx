@@ -62,18 +62,17 @@ cdef class RowKernel:
               const double[::1] inv_norm, Py_ssize_t n, int m):
         """match_one's dot products and top_few (m <= MAX_TOP): the m best slots of
         dots * inv_norm over the first n, and the best value."""
-        cdef Py_ssize_t i, j, width = cols.shape[1]
+        cdef Py_ssize_t i
         cdef double cnt
         cdef double* dots = &self.dots[self.r, 0]
         cdef double val[MAX_TOP]
         cdef Py_ssize_t idx[MAX_TOP]
-        cdef int kept = 0
+        cdef int kept
         for i in range(len(keys)):
             cnt = counts[i]
             if cnt != 0.0:  # a batch row's unrouted keys: nothing to add
-                mi_axpy(dots, cnt, &cols[keys[i], 0], width)
-        for j in range(n):
-            kept = mi_insert(val, idx, kept, m, dots[j] * inv_norm[j], j)
+                mi_axpy(dots, cnt, &cols[keys[i], 0], n)  # past n: zero columns, never read
+        kept = mi_top_scaled(dots, &inv_norm[0], n, m, val, idx)
         return tuple([idx[i] for i in range(kept)]), val[0]
 
     def predict(self, const double[:, ::1] rows, list add, list sub, bint fresh):

@@ -8,6 +8,8 @@ cdef extern from "moe_infinity_fast.h":
     void mi_axpy(double* y, double a, const double* x, Py_ssize_t n) noexcept nogil
     int mi_insert(double* val, Py_ssize_t* idx, int n, int m, double v,
                   Py_ssize_t i) noexcept nogil
+    int mi_top_scaled(const double* dots, const double* scale, Py_ssize_t n, int m,
+                      double* val, Py_ssize_t* idx) noexcept nogil
     void mi_own_block(const double* eam, double* own, double* own_var, double* var,
                       const double* keep2, const double* pvar, double inv, double w2,
                       Py_ssize_t lo, Py_ssize_t hi) noexcept nogil

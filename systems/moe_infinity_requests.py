@@ -248,9 +248,9 @@ class RequestTable:
         if v.kernel is not None and m <= ARGMAX_TOP:
             slots, top = v.kernel.match(cols, keys, counts, c.inv_norm[lim], n, m)
         else:
-            dots = v.dots[:cols.shape[1]]  # slots past n: zero columns, zero dots
-            dots += np.dot(counts, cols.take(keys, axis=0))  # [width], exact
-            slots, top = top_few(dots[:n] * c.inv_norm[lim, :n], m)
+            dots = v.dots[:n]  # slots past n: zero columns, never read
+            dots += np.dot(counts, cols[keys, :n])  # [n], exact
+            slots, top = top_few(dots * c.inv_norm[lim, :n], m)
         if slots != st.best:
             st.best, st.stale = slots, True
         return top / math.sqrt(self.norm2.item(r))

@@ -137,9 +137,7 @@ cdef class TableKernel:
                 cnt = counts[i, e]
                 if cnt != 0.0:  # the row's unrouted experts: nothing to add
                     mi_axpy(dots, cnt, &cols[base + e, 0], n)  # past n: zero columns
-            kept = 0
-            for j in range(n):
-                kept = mi_insert(val, idx, kept, m, dots[j] * inv_norm[j], j)
+            kept = mi_top_scaled(dots, &inv_norm[0], n, m, val, idx)
             if not _same(st.best, idx, kept):
                 st.best, st.stale = tuple([idx[j] for j in range(kept)]), True
             out.append(val[0] / sqrt(self.norm2[r]))

@@ -158,3 +158,28 @@ def test_lowest_evictable_kernel_is_the_numpy_search(seed, monkeypatch):
             monkeypatch.setattr(requests, "FAST", None)
             assert ranks_mod.lowest_evictable(ranks, c) == got
             monkeypatch.undo()
+
+
+@pytest.mark.parametrize("n, m", [(1, 1), (5, 4), (514, 4), (1000, 3), (1000, 8)])
+def test_match_kernel_keeps_the_m_best_with_lowest_slot_ties(n, m):
+    """match's top-m scan (four products at a time once m are kept) over a collection of
+    small counts, many equal cosines, and n not a multiple of 4: the ranking of an exact
+    sort on (-dot * inv_norm, slot) over the first n slots, and dots gained only there."""
+    from systems.eamc import EAMC
+
+    rng = np.random.default_rng(n + m)
+    L, E = 3, 8
+    c = EAMC(1000, L, E)
+    for eam in rng.integers(0, 3, size=(n, L, E)).astype(float):
+        c.insert(eam)
+    tab = requests.RequestTable(L, E, 1000, 0.5, True)
+    st = tab.new_state()
+    kernel = tab.views[st.row].kernel
+    keys, counts = [1, 8 + 2, 16 + 5], [2.0, 1.0, 3.0]
+    slots, top = kernel.match(c.cols, keys, counts, c.inv_norm[L - 1], c.n, m)
+    dots = [sum(k * c.cols[key, j] for key, k in zip(keys, counts)) for j in range(n)]
+    scaled = [d * c.inv_norm[L - 1, j] for j, d in enumerate(dots)]
+    want = [j for _, j in sorted((-s, j) for j, s in enumerate(scaled))][:m]
+    assert list(slots) == want and top == scaled[want[0]]
+    np.testing.assert_array_equal(tab.dots[st.row, :n], dots)
+    assert not tab.dots[st.row, n:].any()
