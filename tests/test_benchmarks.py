@@ -70,8 +70,9 @@ def test_bench_sim_tiny_json(tmp_path, capsys):
     from harness.bench import sim as bench_sim
 
     path = tmp_path / "bench_sim.json"
-    rc = bench_sim.main(["--requests", "2", "--repeats", "1", "--systems", "lru,on_demand",
-                         "--skip-1000", "--skip-batch32", "--json", str(path)])
+    rc = bench_sim.main(["--requests", "2", "--repeats", "1", "--min-cpu-s", "0",
+                         "--systems", "lru,on_demand", "--skip-1000", "--skip-batch32",
+                         "--json", str(path)])
     assert rc == 0
     out = capsys.readouterr().out
     assert out.startswith("bench-sim: SIMULATED engine timing on synthetic routing")
@@ -84,6 +85,10 @@ def test_bench_sim_tiny_json(tmp_path, capsys):
         assert fig["accesses"] > 0 and fig["accesses_per_cpu_s"] > 0
         assert fig["reference_accesses_per_cpu_s"] > 0 and fig["ratio"] > 0
         assert fig["peak_rss_mb"] >= fig["peak_rss_engine_mb"] > 0
+    for fig in doc["details"]["2 requests, batch 1"].values():
+        # one run (no CPU floor), one reference after it: the pair is the ratio
+        assert len(fig["engine_cpu_s_runs"]) == len(fig["reference_cpu_s_runs"]) == 1
+        assert fig["pair_ratios"] == [fig["ratio"]]
     lru, od = doc["systems"]["lru"], doc["systems"]["on_demand"]
     assert lru["accesses"] == od["accesses"]  # the same trace, the same access sets
     check = doc["reference_check"]
@@ -91,3 +96,13 @@ def test_bench_sim_tiny_json(tmp_path, capsys):
     counts = check["reference"]
     assert sum(counts.values()) == lru["accesses"]
     assert counts["misses_prefill"] > 0 and counts["hits_decode"] > 0
+
+
+def test_each_run_is_measured_against_the_reference_runs_beside_it():
+    from harness.bench.sim import paired_ratios
+
+    # runs of 2, 3, 3 CPU-s and reference runs of 1, 2, 4 after each, same access counts:
+    # run 0 against 1 (0.5), run 1 against (1 + 2) / 2 (0.5), run 2 against (2 + 4) / 2 (1.0)
+    assert paired_ratios(100, [2.0, 3.0, 3.0], 100, [1.0, 2.0, 4.0]) == [0.5, 0.5, 1.0]
+    # twice the engine's accesses in the same time: twice the ratio
+    assert paired_ratios(200, [2.0], 100, [1.0]) == [1.0]

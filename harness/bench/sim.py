@@ -5,15 +5,17 @@ arriving at once), in a fresh child process each (so peak RSS is that run's own)
 - CPU seconds (time.process_time, BLAS pinned to one thread so idle OpenBLAS workers do not
   count) from the in-memory trace to the finished result tables: Engine construction with
   its indexes, warm-up of history-based systems, engine.run(), rec.tables(), summarize();
-  median of --repeats. Trace generation (measure + calibration split), compute_floor_ms and
+  median of the runs (--repeats at least, more while they add up to under --min-cpu-s).
+  Trace generation (measure + calibration split), compute_floor_ms and
   result writing (write_run, parquet included) are timed and reported separately;
 - RSS of the child (ru_maxrss, VmRSS): the peak through trace generation, the RSS the traces
   keep, the peak from there through the engine's tables and metrics (the peak is reset after
   generation where Linux allows), and the whole run's peak (result writing included);
 - in the same process, the reference loop (harness/bench/reference_lru.py) over the same
-  trace's access stream at batch 1, run right after each engine run, and the ratio engine /
-  reference accesses per CPU-s: the median over those pairs (`pair_ratios`), so each ratio
-  compares two runs made in the same state of a noisy machine.
+  trace's access stream at batch 1, run after each engine run, and the ratio engine /
+  reference accesses per CPU-s: the median over the runs (`pair_ratios`), each run measured
+  against the mean of the reference runs on either side of it, so each ratio compares runs
+  made in the same state of a noisy machine.
 The lru child at the first setting also runs `system=lru system.prefetch=false` once and
 checks that the reference's hit / miss counts equal it, per phase.
 """
@@ -39,9 +41,14 @@ LABEL = "SIMULATED engine timing on synthetic routing"
 BLAS_ENV = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 # (JSON key suffix, requests (None: --requests), max_batch)
 SETTINGS = (("", None, 1), ("_1000_requests", 1000, 1), ("_batch32", None, 32))
+# A setting's engine runs continue past --repeats until they add up to --min-cpu-s (at most
+# MAX_RUNS runs): the reference loop beside them varies by up to 40 % run to run on a shared
+# 2-core VM, and more pairs steady the median where runs are cheap.
+MAX_RUNS = 7
 
 
-def child(system_name: str, requests: int, max_batch: int, repeats: int, check: bool) -> dict:
+def child(system_name: str, requests: int, max_batch: int, repeats: int, min_cpu_s: float,
+          check: bool) -> dict:
     """One system at one setting, in this (fresh) process; returns its figures."""
     import numpy as np
 
@@ -120,8 +127,8 @@ def child(system_name: str, requests: int, max_batch: int, repeats: int, check: 
 
     # Run 0 gives the memory figures and the written result; the reference's stream is built
     # after them, so it is not in those peaks. Every engine run is then followed by one run
-    # of the reference loop (same process, same trace, batch 1): each pair's ratio sees the
-    # machine in the same state, and the median pair ratio is the binding figure.
+    # of the reference loop (same process, same trace, batch 1): each run's ratio sees the
+    # machine in the same state, and the median of the runs' ratios is the binding figure.
     memory: dict = {}
     parts, last, n_acc = one_run(build_target(cfg["system"], "system", System), memory)
     runs = [parts]
@@ -151,19 +158,24 @@ def child(system_name: str, requests: int, max_batch: int, repeats: int, check: 
         return cpu_s_of(lambda: reference_lru.replay(stream, model.num_moe_layers, slots, spl))
 
     refs = [reference()]
-    for _ in range(repeats - 1):
+    # At least `repeats` runs, more while the engine's runs together stay short: a run of a
+    # second or two is as noisy as the reference beside it.
+    while len(runs) < repeats or (sum(p["total_s"] for p in runs) < min_cpu_s
+                                  and len(runs) < MAX_RUNS):
         parts, _, _ = one_run(build_target(cfg["system"], "system", System))
         runs.append(parts)
         refs.append(reference())
     med = statistics.median(p["total_s"] for p in runs)
-    ref_s = statistics.median(s for _, s in refs)
-    pair_ratios = [(n_acc / p["total_s"]) / (ref_n / ref_t) for p, (_, ref_t) in zip(runs, refs)]
+    ref_times = [s for _, s in refs]
+    ref_s = statistics.median(ref_times)
+    pair_ratios = paired_ratios(n_acc, [p["total_s"] for p in runs], ref_n, ref_times)
     mid = min(runs, key=lambda p: abs(p["total_s"] - med))
     out.update(status="ok", accesses=n_acc, cpu_s=med, accesses_per_cpu_s=n_acc / med,
                cpu_s_parts=mid, sys_share=mid["sys_s"] / max(mid["user_s"] + mid["sys_s"], 1e-9),
                reference_accesses=ref_n, reference_cpu_s=ref_s,
-               reference_accesses_per_cpu_s=ref_n / ref_s,
-               pair_ratios=pair_ratios, ratio=statistics.median(pair_ratios))
+               reference_accesses_per_cpu_s=ref_n / ref_s, reference_cpu_s_runs=ref_times,
+               engine_cpu_s_runs=[p["total_s"] for p in runs], pair_ratios=pair_ratios,
+               ratio=statistics.median(pair_ratios))
     if check:
         out["reference_check"] = _check(cfg, build_target, System, one_run, refs[0][0])
     return out
@@ -185,11 +197,22 @@ def _check(cfg, build_target, System, one_run, ref_counts: dict) -> dict:
             "system": "lru system.prefetch=false"}
 
 
-def _spawn(system: str, requests: int, batch: int, repeats: int, check: bool) -> dict:
+def paired_ratios(n_acc: int, run_cpu_s: list[float], ref_n: int,
+                  ref_cpu_s: list[float]) -> list[float]:
+    """Engine / reference accesses per CPU-s of each run. Reference run i follows engine run
+    i, so run i > 0 lies between reference runs i - 1 and i and is measured against their
+    mean; run 0 (its memory figures and result writing come first) against the one after."""
+    beside = [ref_cpu_s[0]] + [(a + b) / 2 for a, b in zip(ref_cpu_s, ref_cpu_s[1:])]
+    return [(n_acc / run) / (ref_n / ref) for run, ref in zip(run_cpu_s, beside)]
+
+
+def _spawn(system: str, requests: int, batch: int, repeats: int, min_cpu_s: float,
+           check: bool) -> dict:
     from core.paths import PROJECT_ROOT
 
     cmd = [sys.executable, "-m", "harness.bench.sim", "--child", system,
-           "--requests", str(requests), "--batch", str(batch), "--repeats", str(repeats)]
+           "--requests", str(requests), "--batch", str(batch), "--repeats", str(repeats),
+           "--min-cpu-s", str(min_cpu_s)]
     if check:
         cmd.append("--check")
     env = {**os.environ, **BLAS_ENV}
@@ -233,7 +256,10 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--json", help="write the figures here (make bench-sim: results/)")
     ap.add_argument("--systems", help="comma-separated (default: every Table 1 system)")
     ap.add_argument("--requests", type=int, default=290, help="measured requests (Table 1: 290)")
-    ap.add_argument("--repeats", type=int, default=3, help="median of this many runs")
+    ap.add_argument("--repeats", type=int, default=3, help="at least this many runs (median)")
+    ap.add_argument("--min-cpu-s", type=float, default=8.0,
+                    help=f"more runs (at most {MAX_RUNS}) until a setting's engine runs add up "
+                         "to this many CPU-s (default 8)")
     ap.add_argument("--skip-1000", action="store_true", help="no 1,000-request setting")
     ap.add_argument("--skip-batch32", action="store_true", help="no batch-32 setting")
     ap.add_argument("--skip-table1", action="store_true",
@@ -247,8 +273,8 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--batch", type=int, default=1, help=argparse.SUPPRESS)
     ap.add_argument("--check", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
-    if args.requests < 1 or args.repeats < 1:
-        ap.error("--requests and --repeats must be >= 1")
+    if args.requests < 1 or args.repeats < 1 or args.min_cpu_s < 0:
+        ap.error("--requests and --repeats must be >= 1, --min-cpu-s >= 0")
     if args.cost_child:
         from harness.bench.engine_cost import measure
         from harness.runner.guard import blas_threads
@@ -260,7 +286,8 @@ def main(argv: list[str]) -> int:
         from harness.runner.guard import blas_threads
 
         with blas_threads(1):
-            out = child(args.child, args.requests, args.batch, args.repeats, args.check)
+            out = child(args.child, args.requests, args.batch, args.repeats, args.min_cpu_s,
+                        args.check)
         print(json.dumps(out))
         return 0
     known = system_names()
@@ -271,7 +298,8 @@ def main(argv: list[str]) -> int:
     settings = [s for s in SETTINGS if not (s[0] == "_1000_requests" and args.skip_1000)
                 and not (s[0] == "_batch32" and args.skip_batch32)]
     print(f"bench-sim: {LABEL}; experiment=table1, {args.requests} requests, median of "
-          f"{args.repeats}, CPU s (process_time) of a fresh process per system, BLAS 1 thread")
+          f">= {args.repeats} runs (more up to {MAX_RUNS} while under {args.min_cpu_s:g} CPU-s), "
+          "CPU s (process_time) of a fresh process per system, BLAS 1 thread")
     details, figures, check = {}, {s: {} for s in systems}, None
     for suffix, n_req, batch in settings:
         n_req = n_req or args.requests
@@ -281,8 +309,8 @@ def main(argv: list[str]) -> int:
               f"{'ratio':>8}{'rss trace':>10}{'engine pk':>10}{'peak rss':>9}{'MB':>3}"
               f"{'gen s':>7}{'write s':>8}{'sys %':>6}")
         for name in systems:
-            r = _spawn(name, n_req, batch, args.repeats, check is None and name == "lru"
-                       and batch == 1 and suffix == "")
+            r = _spawn(name, n_req, batch, args.repeats, args.min_cpu_s,
+                       check is None and name == "lru" and batch == 1 and suffix == "")
             details[tag][name] = r
             if "reference_check" in r:
                 check = r["reference_check"]
@@ -331,7 +359,8 @@ def main(argv: list[str]) -> int:
         print(f"  {mark} {name}: {_fmt(value, '.4g')} (target {want})")
     doc = {"label": LABEL, "simulated": True, "synthetic_routing": True,
            "setting": {"experiment": "table1", "requests": args.requests,
-                       "repeats": args.repeats, "timer": "time.process_time, fresh process",
+                       "repeats": args.repeats, "min_cpu_s": args.min_cpu_s,
+                       "max_runs": MAX_RUNS, "timer": "time.process_time, fresh process",
                        "blas_threads": 1, "cpus": os.cpu_count()},
            "systems": figures, "reference_check": check, "details": details,
            "engine_cost": cost,
