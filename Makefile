@@ -24,7 +24,7 @@ PIP := $(PY) -m pip install --quiet --disable-pip-version-check
 # setup.py compiles the engine's fast core (harness/sim/fast_*.pyx) and the policies' optional
 # kernels (systems/*.pyx) in place: edits rebuild them.
 $(STAMP): pyproject.toml setup.py $(wildcard harness/sim/fast_*.pyx harness/sim/fast_*.pxd \
-	systems/*.pyx systems/*.pxd systems/*.h)
+	harness/sim/fast_*.h systems/*.pyx systems/*.pxd systems/*.h)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) -e '.[dev,plots]'
 	touch $(STAMP)

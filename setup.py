@@ -11,7 +11,9 @@ from Cython.Build import cythonize
 from setuptools import Extension, setup
 
 FAST = ("fast_state", "fast_copies", "fast_step")
+# fast_column.h: the recorder's columns (fast_state.pxd), included by all three
 extensions = [Extension(f"harness.sim.{name}", [f"harness/sim/{name}.pyx"], language="c++",
+                        depends=["harness/sim/fast_column.h", "harness/sim/fast_state.pxd"],
                         extra_compile_args=["-O2"], optional=True) for name in FAST]
 # -ffp-contract=off: a * b + c stays two roundings, as in numpy (bit-identical decisions)
 # moe_infinity_rows: the batch path's member rows in one call (the same helpers and contract)

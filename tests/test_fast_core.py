@@ -107,3 +107,33 @@ def test_errors_and_choice():
     assert cores.resolve("auto", Moves()) == "python"
     with pytest.raises(EngineError, match="replays traces only"):
         cores.resolve("compiled", Moves())
+
+
+def test_recorder_hands_its_columns_to_the_tables():
+    """The stored tables own the recorded values (fast_column.h release): they outlive the
+    recorder, keep their dtypes and stay writable; a column never written is empty."""
+    import gc
+
+    from harness.sim.fast_state import FastRecorder
+
+    rec = FastRecorder(100)
+    rec.reserve(4, 2)
+    for row in ((3, 0, -1, 1.0, 1.5, 7), (5, 1, 0, 2.0, 2.5, 7), (9, 2, -1, 3.0, 3.5, 8)):
+        rec.add_access(row)
+        if row[0] == 5:
+            rec.block(0, 0)  # accesses 0 and 1
+    rec.block(1, 2)  # access 2
+    stored = rec.stored_tables()
+    assert rec.stored_tables() is stored
+    del rec
+    gc.collect()
+    acc = stored["accesses"]
+    assert acc["expert"].tolist() == [3, 5, 9] and acc["expert"].dtype == np.int32
+    assert acc["class"].tolist() == [0, 1, 2] and acc["class"].dtype == np.int8
+    assert acc["need_ms"].tolist() == [1.0, 2.0, 3.0] and acc["need_ms"].dtype == np.float64
+    assert acc["request"].tolist() == [7, 7, 8]
+    assert acc["iteration"].tolist() == [0, 0, 1] and acc["layer"].tolist() == [0, 0, 2]
+    acc["start_ms"][0] = 9.0  # writable, as arrays the tables build
+    assert acc["start_ms"].tolist() == [9.0, 2.5, 3.5]
+    tr = stored["transfers"]
+    assert len(tr["key"]) == 0 and tr["key"].dtype == np.int64

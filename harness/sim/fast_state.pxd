@@ -3,6 +3,16 @@
 from libcpp.vector cimport vector
 
 
+cdef extern from "fast_column.h":
+    # a recorder column: std::vector's interface on memory release() hands over (malloc'd)
+    cdef cppclass Column[T]:
+        void reserve(size_t) except +
+        void push_back(T) except +
+        size_t size()
+        T& operator[](size_t)
+        T* release()
+
+
 cdef class FastCache:
     cdef readonly long long expert_bytes, capacity_bytes
     cdef readonly int capacity_slots, n_keys
@@ -29,18 +39,18 @@ cdef class FastRecorder:
     cdef readonly long long expert_bytes
     cdef public long long prefetch_dropped, peak_cache_bytes
     # accesses [n_acc]: expert, class, transfer id, need ms, start ms, owner request
-    cdef vector[int] a_expert, a_tid, a_owner
-    cdef vector[signed char] a_class
-    cdef vector[double] a_need, a_start
+    cdef Column[int] a_expert, a_tid, a_owner
+    cdef Column[signed char] a_class
+    cdef Column[double] a_need, a_start
     # blocks [n_blocks]: iteration, layer, end access index
-    cdef vector[int] b_iteration, b_layer
-    cdef vector[long long] b_end
+    cdef Column[int] b_iteration, b_layer
+    cdef Column[long long] b_end
     # transfers [n_tr]: key, kind, proposed / issue / start / ready / evict ms
-    cdef vector[long long] t_key
-    cdef vector[signed char] t_kind
-    cdef vector[double] t_proposed, t_issue, t_start, t_ready, t_evict
+    cdef Column[long long] t_key
+    cdef Column[signed char] t_kind
+    cdef Column[double] t_proposed, t_issue, t_start, t_ready, t_evict
     cdef object iterations           # harness.sim.recorder.IterationLog
-    cdef object stored               # the stored tables once built (the vectors are freed)
+    cdef object stored               # the stored tables once built (the columns handed over)
 
     cdef inline int access_c(self, int expert, signed char cls, int tid, double need,
                              double start, int owner) except -1:

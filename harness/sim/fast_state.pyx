@@ -1,8 +1,8 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
 """The compiled twins of harness/sim/cache.py (ExpertCache, Candidates) and the recorder's
 columns (harness/sim/recorder.py Recorder): the same contracts, the same errors, the same
-values; dense per-key arrays [L * E] instead of dicts and C++ vectors instead of typed
-arrays. The Python classes stay the reference (tests/test_fast_core.py runs both)."""
+values; dense per-key arrays [L * E] instead of dicts and C++ vectors and columns
+(fast_column.h) instead of typed arrays. The Python classes stay the reference (tests/test_fast_core.py runs both)."""
 
 import numpy as np
 
@@ -10,7 +10,8 @@ from harness.sim.cache import CacheError
 from harness.sim.recorder import IterationLog, stored_dict
 from harness.sim.tables import eager, full_tables
 
-from libc.string cimport memcpy
+from cpython.buffer cimport PyBuffer_FillInfo
+from libc.stdlib cimport free
 
 
 cdef class FastCache:
@@ -144,8 +145,8 @@ cdef class Candidates:
 
 
 cdef class FastRecorder:
-    """Recorder's columns in C++ vectors (harness/sim/recorder.py has the row layout); the
-    stored tables are the same arrays, values and dtypes."""
+    """Recorder's columns in C++ (fast_column.h; harness/sim/recorder.py has the row layout);
+    the stored tables are the same arrays, values and dtypes."""
 
     def __init__(self, long long expert_bytes):
         self.expert_bytes = expert_bytes
@@ -217,9 +218,9 @@ cdef class FastRecorder:
             self.stored["accesses"]["expert"])
 
     def stored_tables(self) -> dict:
-        """The stored columns (harness/sim/tables.py). The vectors move into numpy arrays one
-        column at a time (each freed once copied), so the recorder holds them once; later
-        calls return the same tables."""
+        """The stored columns (harness/sim/tables.py): numpy arrays over the columns' own
+        memory, handed over (no copy, no page faulted in again); later calls return the same
+        tables."""
         if self.stored is None:
             i4, i8, i1, f8 = np.int32, np.int64, np.int8, np.float64
             blocks = [_take(self.b_iteration, i4), _take(self.b_layer, i4),
@@ -237,20 +238,38 @@ cdef class FastRecorder:
         return eager(full_tables(self.stored_tables()))
 
 
-ctypedef fused Column:
+ctypedef fused Value:
     double
     int
     long long
     signed char
 
 
-cdef object _take(vector[Column]& v, dtype):
-    """A new numpy array of `dtype` (the vector's C type) with the vector's values; the
-    vector is freed."""
-    out = np.empty(v.size(), dtype)
-    cdef Column[::1] view = out
-    if v.size():
-        memcpy(&view[0], v.data(), v.size() * sizeof(Column))
-    v.clear()
-    v.shrink_to_fit()
-    return out
+cdef class _Owned:
+    """A block of malloc'd memory exposed as a writable buffer and freed with the last
+    array viewing it (np.frombuffer keeps this object alive)."""
+    cdef void* p
+    cdef Py_ssize_t nbytes
+
+    def __getbuffer__(self, Py_buffer* view, int flags):
+        PyBuffer_FillInfo(view, self, self.p, self.nbytes, 0, flags)
+
+    def __releasebuffer__(self, Py_buffer* view):
+        pass
+
+    def __dealloc__(self):
+        free(self.p)
+
+
+cdef object _take(Column[Value]& v, dtype):
+    """A numpy array of `dtype` (the column's C type) over the column's values, which it now
+    owns; the column is left empty."""
+    cdef Py_ssize_t n = v.size()
+    cdef _Owned owned
+    if n == 0:
+        v.release()
+        return np.empty(0, dtype)
+    owned = _Owned.__new__(_Owned)
+    owned.nbytes = n * sizeof(Value)
+    owned.p = v.release()
+    return np.frombuffer(owned, dtype)
