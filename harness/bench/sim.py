@@ -88,7 +88,11 @@ def child(system_name: str, requests: int, max_batch: int, repeats: int, min_cpu
         gen_s += calib_s
     out["trace_gen_cpu_s"] = gen_s
     out["peak_rss_trace_mb"] = peak_rss_mb()  # imports + trace generation
-    out["rss_after_trace_mb"] = current_rss_mb()  # what the traces keep
+    # What the traces keep: generation's freed temporaries go back first (otherwise the
+    # engine reuses their pages unseen and its own memory reads up to 45 B/access low)
+    gc.collect()
+    trim_heap()
+    out["rss_after_trace_mb"] = current_rss_mb()
     out["peak_reset"] = reset_peak()
     if probe.needs_all_experts and plan.expert_cache_bytes < model.total_expert_bytes:
         out["status"] = "oom"
@@ -107,8 +111,12 @@ def child(system_name: str, requests: int, max_batch: int, repeats: int, min_cpu
                         max_batch)
         parts["engine_init_s"] = time.process_time() - t0
         out["engine_core"] = engine.core
+        if memory is not None:  # the Engine with its index, recorder and system bound
+            memory["built"] = current_rss_mb()
         if calib is not None:
             _, parts["warmup_s"] = cpu_s_of(lambda: system.warmup(calib))
+            if memory is not None:  # + the policy's history (and the warm-up's peak)
+                memory["warmed"], memory["warmup_peak"] = current_rss_mb(), peak_rss_mb()
         rec, parts["run_s"] = cpu_s_of(engine.run)
         if memory is not None:  # traces + the engine (index, cache) and the recorder's columns
             memory["engine"] = peak_rss_mb()
@@ -133,7 +141,8 @@ def child(system_name: str, requests: int, max_batch: int, repeats: int, min_cpu
     parts, last, n_acc = one_run(build_target(cfg["system"], "system", System), memory)
     runs = [parts]
     out.update(peak_rss_engine_mb=memory["engine"], peak_rss_tables_mb=memory["tables"],
-               peak_rss_metrics_mb=memory["metrics"])
+               peak_rss_metrics_mb=memory["metrics"], rss_engine_built_mb=memory["built"],
+               rss_warmed_mb=memory.get("warmed"), peak_rss_warmup_mb=memory.get("warmup_peak"))
     _, out["compute_floor_cpu_s"] = cpu_s_of(lambda: compute_floor_ms(model, hw, trace, max_batch))
     with tempfile.TemporaryDirectory() as tmp:
         result = {"run_id": "bench-sim", "config": cfg, "metrics": last["metrics"]}
@@ -321,7 +330,8 @@ def main(argv: list[str]) -> int:
                         "reference_accesses_per_cpu_s", "bytes_per_access_beyond_trace",
                         "bytes_per_access_beyond_trace_with_tables",
                         "bytes_per_access_beyond_trace_with_metrics", "engine_core",
-                        "sys_share"):
+                        "sys_share", "rss_engine_built_mb", "rss_warmed_mb",
+                        "peak_rss_warmup_mb"):
                 f[key + suffix] = r.get(key)
             print(f"{name:<14}{_fmt(r.get('accesses'), 'd'):>10}"
                   f"{_fmt(r.get('accesses_per_cpu_s'), ',.0f'):>11}"
