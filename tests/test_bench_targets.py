@@ -43,10 +43,9 @@ def test_policy_state_is_reported_not_judged():
     names = ("oracle", "fmoe", "moe_infinity", "diff_moe")
     figures = {name: {"status": "ok", "ratio": 0.5, "accesses_per_cpu_s": 1.0,
                       "bytes_per_access_beyond_trace": 200.0} for name in names}
-    # 2**20 accesses, 100 MB after the trace: 1 MB beyond it is 1 B/access
-    figures["diff_moe"].update(accesses=2**20, rss_after_trace_mb=100.0,
-                               rss_engine_built_mb=118.0, rss_warmed_mb=140.0,
-                               peak_rss_warmup_mb=177.0)
+    figures["diff_moe"].update(bytes_per_access_beyond_trace_built=18.2,
+                               bytes_per_access_beyond_trace_warmed=40.0,
+                               bytes_per_access_beyond_trace_warmup_peak=76.6)
     rows = [r for r in checks(figures, None) if "B/access" in r[0]]
     assert len(rows) == 4 and all(r[1] == 200.0 and r[3] is None for r in rows)
     assert all("policy's state included" in r[0] for r in rows)

@@ -89,6 +89,9 @@ def test_bench_sim_tiny_json(tmp_path, capsys):
         # one run (no CPU floor), one reference after it: the pair is the ratio
         assert len(fig["engine_cpu_s_runs"]) == len(fig["reference_cpu_s_runs"]) == 1
         assert fig["pair_ratios"] == [fig["ratio"]]
+        # the RSS once the Engine is built is under the peak that follows it; no warm-up here
+        assert fig["bytes_per_access_beyond_trace_built"] <= fig["bytes_per_access_beyond_trace"]
+        assert "bytes_per_access_beyond_trace_warmed" not in fig
     lru, od = doc["systems"]["lru"], doc["systems"]["on_demand"]
     assert lru["accesses"] == od["accesses"]  # the same trace, the same access sets
     check = doc["reference_check"]

@@ -42,7 +42,7 @@ BLAS_ENV = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREAD
 # (JSON key suffix, requests (None: --requests), max_batch)
 SETTINGS = (("", None, 1), ("_1000_requests", 1000, 1), ("_batch32", None, 32))
 # A setting's engine runs continue past --repeats until they add up to --min-cpu-s (at most
-# MAX_RUNS runs): the reference loop beside them varies by up to 40 % run to run on a shared
+# MAX_RUNS runs): the reference loop beside them varies by up to 65 % run to run on a shared
 # 2-core VM, and more pairs steady the median where runs are cheap.
 MAX_RUNS = 7
 
@@ -152,9 +152,12 @@ def child(system_name: str, requests: int, max_batch: int, repeats: int, min_cpu
     out["peak_rss_mb"] = max(peak_rss_mb(), out["peak_rss_trace_mb"])
     if out["rss_after_trace_mb"] is not None and out["peak_reset"]:
         for name, key in (("", "peak_rss_engine_mb"), ("_with_tables", "peak_rss_tables_mb"),
-                          ("_with_metrics", "peak_rss_metrics_mb")):
-            out["bytes_per_access_beyond_trace" + name] = (
-                (out[key] - out["rss_after_trace_mb"]) * 2**20 / max(n_acc, 1))
+                          ("_with_metrics", "peak_rss_metrics_mb"),
+                          ("_built", "rss_engine_built_mb"), ("_warmed", "rss_warmed_mb"),
+                          ("_warmup_peak", "peak_rss_warmup_mb")):
+            if out[key] is not None:  # no warm-up: no warmed figures
+                out["bytes_per_access_beyond_trace" + name] = (
+                    (out[key] - out["rss_after_trace_mb"]) * 2**20 / max(n_acc, 1))
     last = None  # free the tables before the reference loop
     gc.collect()
     slots = plan_memory(model, hw, max_ctx, 1, cfg.get("expert_cache_gb")).expert_cache_bytes \
@@ -174,16 +177,15 @@ def child(system_name: str, requests: int, max_batch: int, repeats: int, min_cpu
         parts, _, _ = one_run(build_target(cfg["system"], "system", System))
         runs.append(parts)
         refs.append(reference())
-    med = statistics.median(p["total_s"] for p in runs)
-    ref_times = [s for _, s in refs]
-    ref_s = statistics.median(ref_times)
-    pair_ratios = paired_ratios(n_acc, [p["total_s"] for p in runs], ref_n, ref_times)
+    run_times, ref_times = [p["total_s"] for p in runs], [s for _, s in refs]
+    med, ref_s = statistics.median(run_times), statistics.median(ref_times)
+    pair_ratios = paired_ratios(n_acc, run_times, ref_n, ref_times)
     mid = min(runs, key=lambda p: abs(p["total_s"] - med))
     out.update(status="ok", accesses=n_acc, cpu_s=med, accesses_per_cpu_s=n_acc / med,
                cpu_s_parts=mid, sys_share=mid["sys_s"] / max(mid["user_s"] + mid["sys_s"], 1e-9),
                reference_accesses=ref_n, reference_cpu_s=ref_s,
                reference_accesses_per_cpu_s=ref_n / ref_s, reference_cpu_s_runs=ref_times,
-               engine_cpu_s_runs=[p["total_s"] for p in runs], pair_ratios=pair_ratios,
+               engine_cpu_s_runs=run_times, pair_ratios=pair_ratios,
                ratio=statistics.median(pair_ratios))
     if check:
         out["reference_check"] = _check(cfg, build_target, System, one_run, refs[0][0])
@@ -330,8 +332,9 @@ def main(argv: list[str]) -> int:
                         "reference_accesses_per_cpu_s", "bytes_per_access_beyond_trace",
                         "bytes_per_access_beyond_trace_with_tables",
                         "bytes_per_access_beyond_trace_with_metrics", "engine_core",
-                        "sys_share", "rss_engine_built_mb", "rss_warmed_mb",
-                        "peak_rss_warmup_mb"):
+                        "sys_share", "bytes_per_access_beyond_trace_built",
+                        "bytes_per_access_beyond_trace_warmed",
+                        "bytes_per_access_beyond_trace_warmup_peak"):
                 f[key + suffix] = r.get(key)
             print(f"{name:<14}{_fmt(r.get('accesses'), 'd'):>10}"
                   f"{_fmt(r.get('accesses_per_cpu_s'), ',.0f'):>11}"

@@ -44,13 +44,14 @@ POLICY_STATE = {
 
 
 def _state_parts(f: dict) -> str:
-    """The RSS beyond the trace after the Engine's construction, after the warm-up and at the
-    warm-up's peak, B/access (the fields bench-sim's child records on its first run)."""
-    base, n = f.get("rss_after_trace_mb"), f.get("accesses")
-    parts = (("built", "rss_engine_built_mb"), ("warmed", "rss_warmed_mb"),
-             ("warm-up peak", "peak_rss_warmup_mb"))
-    got = [f"{name} {(f[key] - base) * 2**20 / n:.0f}" for name, key in parts
-           if base is not None and n and f.get(key) is not None]
+    """The B/access beyond the trace after the Engine's construction, after the warm-up and at
+    the warm-up's peak (bench-sim's child records them on its first run)."""
+    parts = (("built", "_built"), ("warmed", "_warmed"), ("warm-up peak", "_warmup_peak"))
+    got = []
+    for name, suffix in parts:
+        b = f.get("bytes_per_access_beyond_trace" + suffix)
+        if b is not None:
+            got.append(f"{name} {b:.0f}")
     return f"; B/access {', '.join(got)}" if got else ""
 
 

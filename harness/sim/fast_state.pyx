@@ -2,7 +2,8 @@
 """The compiled twins of harness/sim/cache.py (ExpertCache, Candidates) and the recorder's
 columns (harness/sim/recorder.py Recorder): the same contracts, the same errors, the same
 values; dense per-key arrays [L * E] instead of dicts and C++ vectors and columns
-(fast_column.h) instead of typed arrays. The Python classes stay the reference (tests/test_fast_core.py runs both)."""
+(fast_column.h) instead of typed arrays. The Python classes stay the reference
+(tests/test_fast_core.py runs both)."""
 
 import numpy as np
 
