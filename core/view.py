@@ -113,6 +113,14 @@ class RoutingView:
         p = self._trace.probs
         return None if p is None else p[b]
 
+    def probs_rows(self, iteration: int, layer: int, requests: list[int]) -> np.ndarray | None:
+        blocks = self._check(iteration, layer)
+        missing = [r for r in requests if r not in blocks]
+        if missing:
+            raise RoutingError(f"request {missing[0]} is not in iteration {iteration}")
+        p = self._trace.probs
+        return None if p is None else p[[blocks[r] for r in requests]]
+
     def spec_votes(self, iteration: int, layer: int) -> tuple[list[int], list[int]] | None:
         return self._index.spec_union(self._check(iteration, layer))
 
@@ -148,3 +156,8 @@ class LayerRouting:
     def probs(self, request: int) -> np.ndarray | None:
         """Step-mean router probabilities over all experts [E] (float16) or None."""
         return self._view.probs(self.iteration.index, self.layer, request)
+
+    def probs_rows(self, requests: list[int]) -> np.ndarray | None:
+        """probs of several requests as rows [len(requests), E] (float16), in their order;
+        one gather instead of a row each (a batch's members)."""
+        return self._view.probs_rows(self.iteration.index, self.layer, requests)

@@ -211,7 +211,7 @@ class FMoE(System):
         ones kept: float32 holds them exactly), else top-k count shares (float32)."""
         if self.use_probs:
             q = (routing.probs(members[0][0])[None] if len(members) == 1 else
-                 np.stack([routing.probs(r) for r, _ in members]))
+                 routing.probs_rows([r for r, _ in members]))
             return q if q.dtype == np.float16 else q.astype(np.float32)
         per_request = routing.per_request()
         return np.stack([(np.bincount(ids.ravel(), minlength=self.E) / max(ids.size, 1)

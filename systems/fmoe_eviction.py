@@ -67,6 +67,10 @@ class EvictionScores:
     def set_p(self, layer: int, rows: list[list[float]], first: bool) -> None:
         """The layer's p [E]: the max of its rows, and of its current p unless `first`
         (numpy's maximum, which takes the second operand on ties; many rows: numpy's)."""
+        if self.kernel is not None:
+            self.kernel.set_p(layer, rows, first)
+            self.layers.add(layer)
+            return
         lo = layer * self.E
         rows = rows if first else [self.p[lo:lo + self.E], *rows]
         if len(rows) > 2:

@@ -68,6 +68,36 @@ cdef class ScoreKernel:
             raised.add(k)
         self.visits[layer] = <long>self.visits[layer] + 1
 
+    def set_p(self, long layer, list rows, bint first):
+        """EvictionScores.set_p's values: the layer's p becomes the elementwise max of `rows`
+        [r][E] (python floats), and of its own p unless `first`. The python path's
+        comparisons (`a if a > b else b`; numpy's maximum for many rows gives the same
+        values: probabilities, no NaN), without building an [r, E] array per call."""
+        cdef long lo = layer * self.E, E = self.E, j
+        cdef list p = self.p, row
+        cdef double b
+        cdef double *acc = <double *>calloc(E, sizeof(double))
+        if acc == NULL:
+            raise MemoryError()
+        try:
+            rest = rows[1:] if first else rows
+            row = rows[0] if first else p[lo:lo + E]
+            for row in [row, *rest]:  # unchecked reads below: the lengths first
+                if len(row) != E:
+                    raise ValueError(f"fmoe: a prediction row has {len(row)} entries, not {E}")
+            row = rows[0] if first else p[lo:lo + E]
+            for j in range(E):
+                acc[j] = row[j]
+            for row in rest:
+                for j in range(E):
+                    b = row[j]
+                    if not (acc[j] > b):
+                        acc[j] = b
+            for j in range(E):
+                p[lo + j] = acc[j]
+        finally:
+            free(acc)
+
     def protect(self, list dropped, list added, bint counted, double tier, set raised,
                 set moved):
         """EvictionScores.protect (with its _set_penalty)."""

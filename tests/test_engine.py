@@ -251,6 +251,27 @@ def test_routing_view_reads_only_the_running_layer():
         r0.weights(0)
 
 
+def test_probs_rows_gathers_the_members_rows_in_their_order():
+    from core.blocks import BlockIndex
+    from core.specs import model_spec_from_dict
+    from core.view import IterationInfo, RoutingError, RoutingView
+    from harness.runner.config import compose_config
+    from harness.runner.run import load_routing
+
+    cfg = compose_config(["experiment=table1", "workload.num_requests=2", "progress=false",
+                          "trace_cache_dir=null"])
+    trace = load_routing(cfg, model_spec_from_dict(cfg["model"], "model"), "measure")
+    view = RoutingView(BlockIndex(trace))
+    it = IterationInfo(0, "decode", ((0, 1), (1, 1)), 0.0)
+    routing = view.reveal(it, 0, [], [], {0: 5, 1: 3})
+    got = routing.probs_rows([1, 0])
+    assert got.dtype == np.float16 and got.shape == (2, trace.num_experts)
+    assert np.array_equal(got, np.stack([trace.probs[3], trace.probs[5]]))
+    assert np.array_equal(got[1], routing.probs(0))
+    with pytest.raises(RoutingError, match="request 2 is not in iteration 0"):
+        routing.probs_rows([0, 2])
+
+
 def test_systems_read_routing_only_while_its_layer_runs():
     from core.view import RoutingError
 

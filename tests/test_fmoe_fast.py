@@ -104,7 +104,9 @@ def _ops(rng, L, E, steps):
             yield "route", int(rng.integers(L)), sorted(set(rng.integers(E, size=3).tolist())), \
                 clock
         elif what == 1:
-            rows = [rng.dirichlet(np.ones(E)).tolist() for _ in range(rng.integers(1, 4))]
+            # one to five rows (the python path: pairwise up to two, numpy's above), ties too
+            rows = [rng.dirichlet(np.ones(E)).tolist() for _ in range(rng.integers(1, 5))]
+            rows += rows[:rng.integers(2)]
             yield "set_p", int(rng.integers(L)), rows, bool(rng.integers(2))
         elif what == 2:
             yield "protect", rng.integers(n, size=3).tolist(), rng.integers(n, size=4).tolist()
@@ -148,6 +150,8 @@ def test_eviction_edits_equal_python(counted, python_only):
     for name in ("p", "freq", "last_use", "resident", "penalty", "protect_cnt", "visits"):
         assert getattr(fast, name) == getattr(slow, name), name
     assert max(fast.penalty) in (0.0, PROTECTED_TIER)
+    with pytest.raises(ValueError, match="a prediction row has 3 entries, not 24"):
+        fast.set_p(0, [[0.5] * E, [0.1, 0.2, 0.7]], True)
 
 
 @pytest.mark.parametrize("batch", [1, 4])
