@@ -4,8 +4,10 @@ speed targets are checked by the commands' printed figures, not by tests)."""
 from __future__ import annotations
 
 import json
+import statistics
 
 import numpy as np
+import pytest
 
 from core.specs import model_spec_from_dict
 from harness.bench import behaviour as bench_behaviour
@@ -102,10 +104,32 @@ def test_bench_sim_tiny_json(tmp_path, capsys):
 
 
 def test_each_run_is_measured_against_the_reference_runs_beside_it():
-    from harness.bench.sim import paired_ratios
+    from harness.bench.sim_child import paired_ratios
 
     # runs of 2, 3, 3 CPU-s and reference runs of 1, 2, 4 after each, same access counts:
     # run 0 against 1 (0.5), run 1 against (1 + 2) / 2 (0.5), run 2 against (2 + 4) / 2 (1.0)
     assert paired_ratios(100, [2.0, 3.0, 3.0], 100, [1.0, 2.0, 4.0]) == [0.5, 0.5, 1.0]
     # twice the engine's accesses in the same time: twice the ratio
     assert paired_ratios(200, [2.0], 100, [1.0]) == [1.0]
+
+
+def test_scaling_cost_alternates_with_the_table1_setting_in_one_child():
+    from harness.bench.sim_child import child
+
+    one = child("lru", 3, 1, 1, 0.0, False)  # the Table 1 setting alone: no base runs
+    assert "cost_vs_base" not in one
+    # batch 8 on the same 3 requests: the base runs replay that trace at batch 1
+    b8 = child("lru", 3, 8, 2, 0.0, False, (3, 1))
+    assert b8["base_accesses"] == one["accesses"] > b8["accesses"]  # unions within blocks
+    # fewer requests than the base: the base generates its own (larger) trace
+    small = child("lru", 2, 1, 1, 0.0, False, (3, 1))
+    assert small["base_accesses"] == one["accesses"] > small["accesses"]
+    for r in (b8, small):
+        runs, bases = r["engine_cpu_s_runs"], r["base_cpu_s_runs"]
+        assert len(runs) == len(bases) == len(r["cost_vs_base_runs"])
+        # run 0 against the base run after it; later runs against the mean of those beside
+        n, bn = r["accesses"], r["base_accesses"]
+        want = [(runs[0] / n) / (bases[0] / bn)] + [
+            (t / n) / ((a + b) / 2 / bn) for t, a, b in zip(runs[1:], bases, bases[1:])]
+        assert r["cost_vs_base_runs"] == pytest.approx(want, rel=1e-12)
+        assert r["cost_vs_base"] == pytest.approx(statistics.median(want), rel=1e-12)

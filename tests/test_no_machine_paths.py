@@ -24,9 +24,9 @@ ALLOWED = {
                      "fixed by the kernel, the same path on every Linux machine",
     "/dev/null": "the POSIX null device",
     "/proc/self/status": "the Linux kernel's view of the running process (VmRSS, "
-                         "harness/bench/sim.py), the same path on every Linux machine",
+                         "harness/bench/process.py), the same path on every Linux machine",
     "/proc/self/clear_refs": "writing 5 resets the running process's peak RSS (Linux; "
-                             "harness/bench/sim.py measures the engine stage's own peak)",
+                             "harness/bench/sim_child.py measures the engine stage's own peak)",
 }
 ABSOLUTE = re.compile(r"(?:^|(?<=[\s'\"=(,\[]))/[A-Za-z][\w.+-]*(?:/[\w.+-]+)+")
 

@@ -15,7 +15,10 @@ arriving at once), in a fresh child process each (so peak RSS is that run's own)
   trace's access stream at batch 1, run after each engine run, and the ratio engine /
   reference accesses per CPU-s: the median over the runs (`pair_ratios`), each run measured
   against the mean of the reference runs on either side of it, so each ratio compares runs
-  made in the same state of a noisy machine.
+  made in the same state of a noisy machine;
+- at 1,000 requests and at batch 32, the engine at the Table 1 setting too, run after each
+  reference run in the same child: each run's per-access cost against the Table 1 runs on
+  either side of it (`cost_vs_base`), the binding scaling figure (harness/bench/sim_child.py).
 The lru child at the first setting also runs `system=lru system.prefetch=false` once and
 checks that the reference's hit / miss counts equal it, per phase.
 """
@@ -23,202 +26,23 @@ checks that the reference's hit / miss counts equal it, per phase.
 from __future__ import annotations
 
 import argparse
-import gc
 import json
 import os
-import resource
-import statistics
 import subprocess
 import sys
-import tempfile
-import time
 from pathlib import Path
 
-from harness.bench.process import cpu_s_of, current_rss_mb, peak_rss_mb, reset_peak, trim_heap
+from harness.bench.sim_child import MAX_RUNS, child
 from harness.bench.sim_targets import TABLE1_SYSTEMS, checks, time_table1
 
 LABEL = "SIMULATED engine timing on synthetic routing"
 BLAS_ENV = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 # (JSON key suffix, requests (None: --requests), max_batch)
 SETTINGS = (("", None, 1), ("_1000_requests", 1000, 1), ("_batch32", None, 32))
-# A setting's engine runs continue past --repeats until they add up to --min-cpu-s (at most
-# MAX_RUNS runs): the reference loop beside them varies by up to 65 % run to run on a shared
-# 2-core VM, and more pairs steady the median where runs are cheap.
-MAX_RUNS = 7
-
-
-def child(system_name: str, requests: int, max_batch: int, repeats: int, min_cpu_s: float,
-          check: bool) -> dict:
-    """One system at one setting, in this (fresh) process; returns its figures."""
-    import numpy as np
-
-    from core.blocks import BlockIndex
-    from core.specs import hardware_spec_from_dict, model_spec_from_dict
-    from core.targets import build_target
-    from harness.bench import reference_lru
-    from harness.runner.config import compose_config
-    from harness.runner.floor import compute_floor_ms
-    from harness.runner.results import write_run
-    from harness.runner.run import load_routing
-    from harness.sim.backend_sim import SimBackend
-    from harness.sim.engine import Engine
-    from harness.sim.memory import plan_memory
-    from harness.sim.metrics import summarize
-    from harness.sim.tables import full_tables
-    from systems.base import System
-
-    # No on-disk trace cache: every child generates its trace, so generation is timed alike.
-    base = ["experiment=table1", f"workload.num_requests={requests}", f"max_batch={max_batch}",
-            "progress=false", "trace_cache_dir=null"]
-    cfg = compose_config(base + [f"system={system_name}"])
-    model = model_spec_from_dict(cfg["model"], "model")
-    hw = hardware_spec_from_dict(cfg["hardware"], "hardware")
-    out = {"system": system_name, "requests": requests, "max_batch": max_batch,
-           "rss_start_mb": peak_rss_mb()}
-    probe = build_target(cfg["system"], "system", System)
-    # as harness/runner/run.py: the traces hold the per-token fields the system reads
-    trace, gen_s = cpu_s_of(lambda: load_routing(cfg, model, "measure", fields=probe.uses_fields))
-    max_ctx = int(np.max(trace.prompt_len.astype(np.int64) + trace.output_len))
-    plan = plan_memory(model, hw, max_ctx, max_batch, cfg.get("expert_cache_gb"))
-    calib = None
-    if probe.needs_calibration():
-        calib, calib_s = cpu_s_of(lambda: load_routing(cfg, model, "calibration",
-                                                       cfg["calibration_requests"],
-                                                       fields=probe.uses_fields))
-        gen_s += calib_s
-    out["trace_gen_cpu_s"] = gen_s
-    out["peak_rss_trace_mb"] = peak_rss_mb()  # imports + trace generation
-    # What the traces keep: generation's freed temporaries go back first (otherwise the
-    # engine reuses their pages unseen and its own memory reads up to 45 B/access low)
-    gc.collect()
-    trim_heap()
-    out["rss_after_trace_mb"] = current_rss_mb()
-    out["peak_reset"] = reset_peak()
-    if probe.needs_all_experts and plan.expert_cache_bytes < model.total_expert_bytes:
-        out["status"] = "oom"
-        return out
-    slo = (float(cfg["slo_ttft_ms"]), float(cfg["slo_tpot_ms"]))
-
-    def one_run(system, memory: dict | None = None) -> tuple[dict, dict, int]:
-        parts = {}
-        for t in (trace, calib):  # every run builds its indexes, as a fresh process does
-            if t is not None:
-                BlockIndex.forget(t)
-        gc.collect()  # the run before's tables and engine, before the heap is trimmed
-        out["heap_trimmed"] = trim_heap()  # every run starts as a fresh process's would
-        t0, ru0 = time.process_time(), resource.getrusage(resource.RUSAGE_SELF)
-        engine = Engine(model, SimBackend(model, hw), trace, system, plan.expert_cache_bytes,
-                        max_batch)
-        parts["engine_init_s"] = time.process_time() - t0
-        out["engine_core"] = engine.core
-        if memory is not None:  # the Engine with its index, recorder and system bound
-            memory["built"] = current_rss_mb()
-        if calib is not None:
-            _, parts["warmup_s"] = cpu_s_of(lambda: system.warmup(calib))
-            if memory is not None:  # + the policy's history (and the warm-up's peak)
-                memory["warmed"], memory["warmup_peak"] = current_rss_mb(), peak_rss_mb()
-        rec, parts["run_s"] = cpu_s_of(engine.run)
-        if memory is not None:  # traces + the engine (index, cache) and the recorder's columns
-            memory["engine"] = peak_rss_mb()
-        tables, parts["tables_s"] = cpu_s_of(rec.stored_tables)  # as harness/runner/run.py
-        if memory is not None:  # + the stored tables (per-access iteration and layer)
-            memory["tables"] = peak_rss_mb()
-        metrics, parts["summarize_s"] = cpu_s_of(lambda: summarize(
-            full_tables(tables), trace.arrival_ms, model.expert_bytes, *slo))
-        if memory is not None:  # + the summary's transient columns
-            memory["metrics"] = peak_rss_mb()
-        parts["total_s"] = time.process_time() - t0
-        # The kernel's share (page faults of fresh arrays, above all): user and system CPU
-        ru = resource.getrusage(resource.RUSAGE_SELF)
-        parts["user_s"], parts["sys_s"] = ru.ru_utime - ru0.ru_utime, ru.ru_stime - ru0.ru_stime
-        return parts, {"tables": tables, "metrics": metrics}, rec.num_accesses
-
-    # Run 0 gives the memory figures and the written result; the reference's stream is built
-    # after them, so it is not in those peaks. Every engine run is then followed by one run
-    # of the reference loop (same process, same trace, batch 1): each run's ratio sees the
-    # machine in the same state, and the median of the runs' ratios is the binding figure.
-    memory: dict = {}
-    parts, last, n_acc = one_run(build_target(cfg["system"], "system", System), memory)
-    runs = [parts]
-    out.update(peak_rss_engine_mb=memory["engine"], peak_rss_tables_mb=memory["tables"],
-               peak_rss_metrics_mb=memory["metrics"], rss_engine_built_mb=memory["built"],
-               rss_warmed_mb=memory.get("warmed"), peak_rss_warmup_mb=memory.get("warmup_peak"))
-    _, out["compute_floor_cpu_s"] = cpu_s_of(lambda: compute_floor_ms(model, hw, trace, max_batch))
-    with tempfile.TemporaryDirectory() as tmp:
-        result = {"run_id": "bench-sim", "config": cfg, "metrics": last["metrics"]}
-        _, out["write_cpu_s"] = cpu_s_of(lambda: write_run(Path(tmp) / "run", result,
-                                                           last["tables"], trace.request_ids))
-    # The whole run: trace generation, engine, tables, metrics, result writing.
-    out["peak_rss_mb"] = max(peak_rss_mb(), out["peak_rss_trace_mb"])
-    if out["rss_after_trace_mb"] is not None and out["peak_reset"]:
-        for name, key in (("", "peak_rss_engine_mb"), ("_with_tables", "peak_rss_tables_mb"),
-                          ("_with_metrics", "peak_rss_metrics_mb"),
-                          ("_built", "rss_engine_built_mb"), ("_warmed", "rss_warmed_mb"),
-                          ("_warmup_peak", "peak_rss_warmup_mb")):
-            if out[key] is not None:  # no warm-up: no warmed figures
-                out["bytes_per_access_beyond_trace" + name] = (
-                    (out[key] - out["rss_after_trace_mb"]) * 2**20 / max(n_acc, 1))
-    last = None  # free the tables before the reference loop
-    gc.collect()
-    slots = plan_memory(model, hw, max_ctx, 1, cfg.get("expert_cache_gb")).expert_cache_bytes \
-        // model.expert_bytes
-    spl = min(slots // model.num_moe_layers, model.num_experts)
-    stream = reference_lru.access_stream(trace)  # built untimed
-    ref_n = reference_lru.stream_accesses(stream)
-
-    def reference() -> tuple[dict, float]:
-        return cpu_s_of(lambda: reference_lru.replay(stream, model.num_moe_layers, slots, spl))
-
-    refs = [reference()]
-    # At least `repeats` runs, more while the engine's runs together stay short: a run of a
-    # second or two is as noisy as the reference beside it.
-    while len(runs) < repeats or (sum(p["total_s"] for p in runs) < min_cpu_s
-                                  and len(runs) < MAX_RUNS):
-        parts, _, _ = one_run(build_target(cfg["system"], "system", System))
-        runs.append(parts)
-        refs.append(reference())
-    run_times, ref_times = [p["total_s"] for p in runs], [s for _, s in refs]
-    med, ref_s = statistics.median(run_times), statistics.median(ref_times)
-    pair_ratios = paired_ratios(n_acc, run_times, ref_n, ref_times)
-    mid = min(runs, key=lambda p: abs(p["total_s"] - med))
-    out.update(status="ok", accesses=n_acc, cpu_s=med, accesses_per_cpu_s=n_acc / med,
-               cpu_s_parts=mid, sys_share=mid["sys_s"] / max(mid["user_s"] + mid["sys_s"], 1e-9),
-               reference_accesses=ref_n, reference_cpu_s=ref_s,
-               reference_accesses_per_cpu_s=ref_n / ref_s, reference_cpu_s_runs=ref_times,
-               engine_cpu_s_runs=run_times, pair_ratios=pair_ratios,
-               ratio=statistics.median(pair_ratios))
-    if check:
-        out["reference_check"] = _check(cfg, build_target, System, one_run, refs[0][0])
-    return out
-
-
-def _check(cfg, build_target, System, one_run, ref_counts: dict) -> dict:
-    """Hit / miss counts of `system=lru system.prefetch=false` per phase vs the reference."""
-    from harness.sim.tables import full_tables
-
-    node = dict(cfg["system"], prefetch=False)
-    _, last, _ = one_run(build_target(node, "system", System))
-    acc = full_tables(last["tables"])["accesses"]
-    cls, prefill = acc["class"], acc["prefill"].astype(bool)
-    engine = {}
-    for phase, mask in (("decode", ~prefill), ("prefill", prefill)):
-        engine[f"hits_{phase}"] = int((cls[mask] != 2).sum())  # hit or late (none at batch 1)
-        engine[f"misses_{phase}"] = int((cls[mask] == 2).sum())
-    return {"engine": engine, "reference": ref_counts, "match": engine == ref_counts,
-            "system": "lru system.prefetch=false"}
-
-
-def paired_ratios(n_acc: int, run_cpu_s: list[float], ref_n: int,
-                  ref_cpu_s: list[float]) -> list[float]:
-    """Engine / reference accesses per CPU-s of each run. Reference run i follows engine run
-    i, so run i > 0 lies between reference runs i - 1 and i and is measured against their
-    mean; run 0 (its memory figures and result writing come first) against the one after."""
-    beside = [ref_cpu_s[0]] + [(a + b) / 2 for a, b in zip(ref_cpu_s, ref_cpu_s[1:])]
-    return [(n_acc / run) / (ref_n / ref) for run, ref in zip(run_cpu_s, beside)]
 
 
 def _spawn(system: str, requests: int, batch: int, repeats: int, min_cpu_s: float,
-           check: bool) -> dict:
+           check: bool, base: tuple[int, int] | None) -> dict:
     from core.paths import PROJECT_ROOT
 
     cmd = [sys.executable, "-m", "harness.bench.sim", "--child", system,
@@ -226,6 +50,8 @@ def _spawn(system: str, requests: int, batch: int, repeats: int, min_cpu_s: floa
            "--min-cpu-s", str(min_cpu_s)]
     if check:
         cmd.append("--check")
+    if base is not None:
+        cmd += ["--base", f"{base[0]},{base[1]}"]
     env = {**os.environ, **BLAS_ENV}
     p = subprocess.run(cmd, cwd=PROJECT_ROOT, env=env, capture_output=True, text=True)
     if p.returncode != 0:
@@ -283,6 +109,7 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--cost-child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--batch", type=int, default=1, help=argparse.SUPPRESS)
     ap.add_argument("--check", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--base", help=argparse.SUPPRESS)  # "requests,max_batch" of Table 1
     args = ap.parse_args(argv)
     if args.requests < 1 or args.repeats < 1 or args.min_cpu_s < 0:
         ap.error("--requests and --repeats must be >= 1, --min-cpu-s >= 0")
@@ -297,8 +124,9 @@ def main(argv: list[str]) -> int:
         from harness.runner.guard import blas_threads
 
         with blas_threads(1):
+            base = tuple(int(x) for x in args.base.split(",")) if args.base else None
             out = child(args.child, args.requests, args.batch, args.repeats, args.min_cpu_s,
-                        args.check)
+                        args.check, base)
         print(json.dumps(out))
         return 0
     known = system_names()
@@ -318,10 +146,11 @@ def main(argv: list[str]) -> int:
         details[tag] = {}
         print(f"\n{tag}\n{'system':<14}{'accesses':>10}{'acc/cpu-s':>11}{'ref acc/cpu-s':>14}"
               f"{'ratio':>8}{'rss trace':>10}{'engine pk':>10}{'peak rss':>9}{'MB':>3}"
-              f"{'gen s':>7}{'write s':>8}{'sys %':>6}")
+              f"{'gen s':>7}{'write s':>8}{'sys %':>6}{'cost/T1':>8}")
         for name in systems:
             r = _spawn(name, n_req, batch, args.repeats, args.min_cpu_s,
-                       check is None and name == "lru" and batch == 1 and suffix == "")
+                       check is None and name == "lru" and batch == 1 and suffix == "",
+                       None if suffix == "" else (args.requests, 1))
             details[tag][name] = r
             if "reference_check" in r:
                 check = r["reference_check"]
@@ -334,7 +163,7 @@ def main(argv: list[str]) -> int:
                         "bytes_per_access_beyond_trace_with_metrics", "engine_core",
                         "sys_share", "bytes_per_access_beyond_trace_built",
                         "bytes_per_access_beyond_trace_warmed",
-                        "bytes_per_access_beyond_trace_warmup_peak"):
+                        "bytes_per_access_beyond_trace_warmup_peak", "cost_vs_base"):
                 f[key + suffix] = r.get(key)
             print(f"{name:<14}{_fmt(r.get('accesses'), 'd'):>10}"
                   f"{_fmt(r.get('accesses_per_cpu_s'), ',.0f'):>11}"
@@ -345,6 +174,7 @@ def main(argv: list[str]) -> int:
                   f"{_fmt(r.get('trace_gen_cpu_s'), '.2f'):>7}"
                   f"{_fmt(r.get('write_cpu_s'), '.2f'):>8}"
                   f"{_fmt(None if r.get('sys_share') is None else 100 * r['sys_share'], '.0f'):>6}"
+                  f"{_fmt(r.get('cost_vs_base'), '.3f'):>8}"
                   + ("" if r["status"] == "ok" else f"  {r['status']}"))
             if r["status"] == "failed":
                 print(r["error"], file=sys.stderr)

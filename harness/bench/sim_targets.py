@@ -67,18 +67,22 @@ def checks(figures: dict, table1: dict | None) -> list[tuple[str, float | None, 
                         f.get("ratio") is not None and f["ratio"] >= want))
         for suffix, limit, label in (("_1000_requests", MAX_COST_1000, "cost at 1000 req"),
                                      ("_batch32", MAX_COST_BATCH32, "cost at batch 32")):
-            # Binding: per-access cost relative to the reference loop measured beside it
-            # (ratio / ratio there), as the ratio target; the absolute one is reported.
+            # Binding: per-access cost against the Table 1 setting's runs alternated with
+            # it in one child (sim_child.py). Reported: the same through each child's
+            # reference loop (ratio / ratio there), and the plain CPU per access of the two
+            # children; both carry the drift between child processes.
+            cost = f.get("cost_vs_base" + suffix)
+            if cost is not None:
+                out.append((f"{system} {label} / Table 1 (runs alternated in one process)",
+                            cost, f"<= {limit}", cost <= limit))
             other = f.get("ratio" + suffix)
             if other and f.get("ratio"):
-                cost = f["ratio"] / other
-                out.append((f"{system} {label} / Table 1 (vs the reference beside it)", cost,
-                            f"<= {limit}", cost <= limit))
+                out.append((f"{system} {label} / Table 1, via each child's reference loop",
+                            f["ratio"] / other, "none: two processes", None))
             other = f.get("accesses_per_cpu_s" + suffix)
             if other:
                 out.append((f"{system} {label} / Table 1, absolute CPU s per access",
-                            f["accesses_per_cpu_s"] / other, "none: the machine's noise too",
-                            None))
+                            f["accesses_per_cpu_s"] / other, "none: two processes", None))
         b = f.get("bytes_per_access_beyond_trace")
         if b is not None and system in POLICY_STATE:
             out.append((f"{system} B/access beyond trace, its policy's state included "
