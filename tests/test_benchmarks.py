@@ -133,3 +133,17 @@ def test_scaling_cost_alternates_with_the_table1_setting_in_one_child():
             (t / n) / ((a + b) / 2 / bn) for t, a, b in zip(runs[1:], bases, bases[1:])]
         assert r["cost_vs_base_runs"] == pytest.approx(want, rel=1e-12)
         assert r["cost_vs_base"] == pytest.approx(statistics.median(want), rel=1e-12)
+
+
+def test_moebench_turns_numpy_huge_pages_off_unless_the_user_set_them():
+    import os
+    import subprocess
+    import sys
+
+    code = "import os, moebench, numpy; print(os.environ['NUMPY_MADVISE_HUGEPAGE'])"
+    env = {k: v for k, v in os.environ.items() if k != "NUMPY_MADVISE_HUGEPAGE"}
+    for given, want in ((None, "0"), ("1", "1")):
+        run_env = env if given is None else {**env, "NUMPY_MADVISE_HUGEPAGE": given}
+        out = subprocess.run([sys.executable, "-c", code], env=run_env, capture_output=True,
+                             text=True, check=True).stdout.strip()
+        assert out == want

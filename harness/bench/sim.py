@@ -138,7 +138,8 @@ def main(argv: list[str]) -> int:
                 and not (s[0] == "_batch32" and args.skip_batch32)]
     print(f"bench-sim: {LABEL}; experiment=table1, {args.requests} requests, median of "
           f">= {args.repeats} runs (more up to {MAX_RUNS} while under {args.min_cpu_s:g} CPU-s), "
-          "CPU s (process_time) of a fresh process per system, BLAS 1 thread")
+          "CPU s (process_time) of a fresh process per system, BLAS 1 thread, "
+          f"NUMPY_MADVISE_HUGEPAGE={os.environ.get('NUMPY_MADVISE_HUGEPAGE', 'unset')}")
     details, figures, check = {}, {s: {} for s in systems}, None
     for suffix, n_req, batch in settings:
         n_req = n_req or args.requests
@@ -204,6 +205,8 @@ def main(argv: list[str]) -> int:
            "setting": {"experiment": "table1", "requests": args.requests,
                        "repeats": args.repeats, "min_cpu_s": args.min_cpu_s,
                        "max_runs": MAX_RUNS, "timer": "time.process_time, fresh process",
+                       # moebench's default "0" (moebench/__init__.py); None: numpy's own
+                       "numpy_madvise_hugepage": os.environ.get("NUMPY_MADVISE_HUGEPAGE"),
                        "blas_threads": 1, "cpus": os.cpu_count()},
            "systems": figures, "reference_check": check, "details": details,
            "engine_cost": cost,
