@@ -80,12 +80,12 @@ cdef class ScoreKernel:
         if acc == NULL:
             raise MemoryError()
         try:
+            head = rows[0] if first else p[lo:lo + E]
             rest = rows[1:] if first else rows
-            row = rows[0] if first else p[lo:lo + E]
-            for row in [row, *rest]:  # unchecked reads below: the lengths first
+            for row in [head, *rest]:  # unchecked reads below: the lengths first
                 if len(row) != E:
                     raise ValueError(f"fmoe: a prediction row has {len(row)} entries, not {E}")
-            row = rows[0] if first else p[lo:lo + E]
+            row = head
             for j in range(E):
                 acc[j] = row[j]
             for row in rest:
