@@ -111,6 +111,9 @@ def _header(raw: np.ndarray, name: str) -> tuple[dict, dict]:
         head = json.loads(raw.tobytes().decode())
     except ValueError as exc:  # also UnicodeDecodeError
         raise TraceError(f"{name}: field 'header_json' is not valid ({exc})") from exc
+    except RecursionError:  # nested past the parser's stack: no header of the format is
+        raise TraceError(f"{name}: field 'header_json' nests deeper than this reader "
+                         "follows (not a trace v1 header)") from None
     if not isinstance(head, dict):
         raise bad("header_json", f"expected a JSON object, got {type(head).__name__}")
     for key in ("meta", "requests"):

@@ -12,3 +12,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 settings.register_profile("repeatable", derandomize=True)
 settings.register_profile("explore", derandomize=False)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "repeatable"))
+
+
+def pytest_terminal_summary(terminalreporter):
+    """`fault matrix: N tried, M OK` when the session ran tests marked `fault` (the store's
+    fault matrix and the bad-input cases; `make fault-matrix` runs them all)."""
+    stats = terminalreporter.stats
+    outcomes = {key: [r for r in stats.get(key, []) if getattr(r, "when", "call") == "call"
+                      and "fault" in getattr(r, "keywords", {})]
+                for key in ("passed", "failed", "error")}
+    tried = sum(len(v) for v in outcomes.values())
+    if tried:
+        terminalreporter.write_line(f"fault matrix: {tried} tried, {len(outcomes['passed'])} OK")

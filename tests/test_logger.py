@@ -21,7 +21,7 @@ import pytest
 from core.specs import SpecError
 from harness.runner import logger
 from harness.runner.config import compose_config
-from harness.runner.run import run_config
+from harness.runner.sweep import run_job
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY = ["workload.num_requests=2", "workload.prompt_len=8", "workload.output_len=2",
@@ -91,7 +91,7 @@ def test_csv_rows(tmp_path):
     for system in ("lru", "on_demand", "lru"):  # the rerun replaces its row
         cfg = compose_config([*TINY, f"system={system}", "logger=csv"], run_name=system,
                              results_dir=str(tmp_path))
-        results[system] = run_config(cfg)
+        results[system] = run_job(cfg, multirun=False, system_name=system)["result"]
     text = (tmp_path / "default" / "runs.csv").read_text()
     assert text.count("run_id,") == 1  # one header
     rows = list(csv.DictReader(text.splitlines()))
@@ -183,6 +183,6 @@ def test_missing_wandb_is_a_warning(tmp_path, monkeypatch, capsys):
     real = logger.importlib.util.find_spec
     monkeypatch.setattr(logger.importlib.util, "find_spec",
                         lambda name, *a: None if name == "wandb" else real(name, *a))
-    result = run_config(cfg)
+    result = run_job(cfg, multirun=False, system_name="lru")["result"]
     assert result["status"] == "valid"
     assert "wandb package is not installed" in capsys.readouterr().err

@@ -40,6 +40,10 @@ RESULT_SCHEMA_VERSION = "1.0"
 NON_SEMANTIC_KEYS = ("progress", "results_dir", "run_name", "experiment_name", "logger",
                      "resume", "timeout_s", "save_rows", "blas_threads", "trace_cache_dir",
                      "time_policy", "engine_core")
+# Statuses of a finished run, which a rerun would only repeat (`failed` reruns); a valid run
+# always has these tables, and accesses.parquet unless save_rows is false.
+COMPLETE_STATUSES = ("valid", "oom")
+ALWAYS_TABLES = ("tokens", "transfers")
 # error.kind of a failure record: a value the run's checks refused, the wall-clock limit, or
 # anything else raised inside the job (MemoryError included)
 FAILURE_KINDS = ("input", "timeout", "exception")
@@ -59,9 +63,10 @@ def config_hash(config: dict) -> str:
 
 
 def write_run(run_dir: Path, result: dict, stored: dict | None,
-              request_ids: list[str] | None = None) -> Path:
+              request_ids: list[str] | None = None, before_swap=None) -> Path:
     """Write result.json (+ the parquet files of the stored tables, `Recorder.
-    stored_tables()`) into a temporary sibling, then swap it in."""
+    stored_tables()`) into a temporary sibling, then swap it in. `before_swap()`, when
+    given, runs last before the swap; whatever it raises leaves the old folder in place."""
     run_dir = Path(run_dir)
     save_rows = (result.get("config") or {}).get("save_rows", True)
     with atomic_dir(run_dir) as tmp:
@@ -71,6 +76,8 @@ def write_run(run_dir: Path, result: dict, stored: dict | None,
             time.sleep(float(os.environ[PAUSE_ENV]))
         text = json.dumps(result, sort_keys=True, indent=1, ensure_ascii=True, allow_nan=False)
         (tmp / "result.json").write_text(text + "\n")
+        if before_swap is not None:
+            before_swap()
     return run_dir
 
 
@@ -101,3 +108,14 @@ def failure_record(cfg: dict, exc: BaseException, kind: str, *, run_id: str, git
 
 def read_result(run_dir: Path) -> dict:
     return json.loads((Path(run_dir) / "result.json").read_text())
+
+
+def complete_run(run_dir: Path) -> dict | None:
+    """result.json of the finished run in `run_dir` (status valid or oom), or None: no folder,
+    no readable record, or a failure record. A valid record counts even when some of its
+    tables were deleted since: its metrics are a result a failure must not replace."""
+    try:
+        old = read_result(run_dir)
+    except (OSError, ValueError):
+        return None
+    return old if isinstance(old, dict) and old.get("status") in COMPLETE_STATUSES else None

@@ -14,20 +14,17 @@ from core.specs import SpecError, hardware_spec_from_dict, model_spec_from_dict
 from core.targets import build_target
 from core.trace import PROJECTABLE, Trace, TraceError, read_trace
 from harness.runner.floor import compute_floor_ms, headroom
-from harness.runner.logger import log_run
 from harness.runner.provenance import code_version, environment, run_id
 from harness.runner.results import (
     RESULT_SCHEMA_VERSION,
     canonical_json,
     config_hash,
-    error_info,
-    write_run,
 )
 from harness.runner.runconfig import check_run_config
-from harness.runner.store import RunLock
+from harness.runner.store import RunLock, commit
 from harness.runner.trace_cache import cached_trace
 from harness.sim.backend_sim import SimBackend
-from harness.sim.engine import Engine, EngineError
+from harness.sim.engine import Engine
 from harness.sim.memory import plan_memory
 from harness.sim.metrics import spec_recall, summarize
 from harness.sim.tables import full_tables
@@ -45,8 +42,9 @@ def load_routing(cfg: dict, model, split: str, num_requests: int | None = None,
     trace's). None keeps them all. A memoised copy that lacks a field asked for is read or
     generated again (the same trace: the generator is seeded)."""
     path = cfg.get("routing") if split == "measure" else cfg.get("calibration_routing")
-    if path:
-        key = f"file:{Path(path).resolve()}"
+    if path:  # the file's identity: a file rewritten under the same path is read again
+        st = Path(path).stat()
+        key = f"file:{Path(path).resolve()}:{st.st_mtime_ns}:{st.st_size}"
     else:
         workload = dict(cfg["workload"])
         workload["split"] = split
@@ -81,7 +79,10 @@ def _generate(cfg: dict, model, key: str, workload: dict) -> Trace:
 
 
 def _check_shape(tr: Trace, model) -> Trace:
-    """A routing trace recorded for another model is an input error, not a failed run."""
+    """A routing trace recorded for another model, or one with no request, is an input error,
+    not a failed run."""
+    if tr.num_requests == 0:
+        raise TraceError(f"{tr.source}: field 'prompt_len': the trace holds no request")
     want = {"num_moe_layers": model.num_moe_layers, "num_experts": model.num_experts,
             "top_k": model.top_k, "moe_layer_stacks": list(model.moe_layer_stacks)}
     for key, value in want.items():
@@ -136,7 +137,10 @@ def run_config(cfg: dict) -> dict:
     """Run one configuration; writes results/<experiment>/<run>/ and returns result.json.
 
     Every input is checked before the run folder's lock is taken, so a bad input exits with
-    SpecError / TraceError and leaves the results folder as it was."""
+    SpecError / TraceError and leaves the results folder as it was. Anything raised later
+    (the engine's own errors, a full disk) also leaves the folder as it was: the caller
+    decides whether a failure record may be written (harness/runner/sweep.py). Loggers are
+    the caller's too: they run after this returns, outside the job's `timeout_s`."""
     t_wall = time.perf_counter()
     run_dir = check_run_config(cfg)
     model = model_spec_from_dict(cfg["model"], "model")
@@ -169,39 +173,36 @@ def run_config(cfg: dict) -> dict:
         engine = _engine(model, hw, trace, system, plan, max_batch, cfg)
     with RunLock(run_dir):
         if engine is not None:
-            try:
-                if calib is not None:
-                    t_warm = time.perf_counter()
-                    system.warmup(calib)
-                    warmup_s = time.perf_counter() - t_warm
-                # Metrics of the trace alone before this run, so that their transient arrays
-                # (the floor's replay, freed with its engine's cycles; the guesses' rows) are
-                # not held beside this run's filled recorder.
-                floor_ms = compute_floor_ms(model, hw, trace, max_batch)
-                gc.collect()
-                recall = spec_recall(trace) if "spec_topk" in system.uses_fields else None
-                t_run = time.perf_counter()
-                rec = engine.run()
-                run_s = time.perf_counter() - t_run
-            except (EngineError, ValueError) as exc:
-                result["status"], result["reason"] = "failed", f"{type(exc).__name__}: {exc}"
-                result["error"] = error_info(exc, "exception")  # as in a failure record
-            else:
-                # Stored columns (views of the recorder's arrays); the summary computes only
-                # the derived columns it reads, dropped before the files are written.
-                tables = rec.stored_tables()
-                result["metrics"] = summarize(full_tables(tables), trace.arrival_ms,
-                                              model.expert_bytes, float(cfg["slo_ttft_ms"]),
-                                              float(cfg["slo_tpot_ms"]))
-                result["metrics"]["peak_expert_cache_bytes"] = int(rec.peak_cache_bytes)
-                result["metrics"]["spec_recall"] = recall  # null unless the system reads guesses
-                m = result["metrics"]  # the TPOT with every expert resident, no stall
-                m["compute_floor_ms"] = floor_ms
-                m["headroom"] = headroom(m["tpot_ms"]["mean"], m["compute_floor_ms"])
-                # Diagnostics that are not per-access facts (not in the parquet files).
-                result["engine"] = {"prefetches_dropped": int(rec.prefetch_dropped),
-                                    "core": engine.core}
-                result["system"] = system.describe()
+            # An exception here (EngineError, a full disk, ...) leaves the folder as it was;
+            # the caller records it (harness/runner/sweep.py) under the store's rule.
+            if calib is not None:
+                t_warm = time.perf_counter()
+                system.warmup(calib)
+                warmup_s = time.perf_counter() - t_warm
+            # Metrics of the trace alone before this run, so that their transient arrays
+            # (the floor's replay, freed with its engine's cycles; the guesses' rows) are
+            # not held beside this run's filled recorder.
+            floor_ms = compute_floor_ms(model, hw, trace, max_batch)
+            gc.collect()
+            recall = spec_recall(trace) if "spec_topk" in system.uses_fields else None
+            t_run = time.perf_counter()
+            rec = engine.run()
+            run_s = time.perf_counter() - t_run
+            # Stored columns (views of the recorder's arrays); the summary computes only
+            # the derived columns it reads, dropped before the files are written.
+            tables = rec.stored_tables()
+            result["metrics"] = summarize(full_tables(tables), trace.arrival_ms,
+                                          model.expert_bytes, float(cfg["slo_ttft_ms"]),
+                                          float(cfg["slo_tpot_ms"]))
+            result["metrics"]["peak_expert_cache_bytes"] = int(rec.peak_cache_bytes)
+            result["metrics"]["spec_recall"] = recall  # null unless the system reads guesses
+            m = result["metrics"]  # the TPOT with every expert resident, no stall
+            m["compute_floor_ms"] = floor_ms
+            m["headroom"] = headroom(m["tpot_ms"]["mean"], m["compute_floor_ms"])
+            # Diagnostics that are not per-access facts (not in the parquet files).
+            result["engine"] = {"prefetches_dropped": int(rec.prefetch_dropped),
+                                "core": engine.core}
+            result["system"] = system.describe()
         result["trace"] = _trace_info(trace, system)
         result["calibration_trace"] = _trace_info(calib)
         n_acc = result["metrics"]["accesses"] if result["metrics"] else 0
@@ -212,7 +213,6 @@ def run_config(cfg: dict) -> dict:
             "accesses_per_s": n_acc / run_s if run_s > 0 else None,
             "policy_s": engine.policy_s if tables is not None else None,
         }
-        write_run(run_dir, result, tables, trace.request_ids)
-    log_run(cfg, result, run_dir)  # reads the written record, never changes it; never raises
+        commit(run_dir, result, tables, trace.request_ids)  # valid or oom: always written
     result["_run_dir"] = str(run_dir)
     return result

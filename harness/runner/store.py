@@ -11,6 +11,12 @@ config hash, so two configs never share a folder and rerunning a command finds i
 again. The lock is an flock on a hidden sibling file: the kernel drops it when the process
 dies, so a killed run never blocks a later one (its lock file stays, hidden, and is reused),
 and a second live writer gets a clear error.
+
+One rule decides what may replace a run folder (`commit`): a failure never replaces a finished
+run. A record of status `failed` (a failure record: a bad key inside a sweep, an exception, a
+timeout, a full disk) is written only where the folder holds no complete run
+(results.complete_run); over a complete run the failure is reported to the caller and the
+complete run stays byte-identical. A valid or oom record replaces the folder whole (a rerun).
 """
 
 from __future__ import annotations
@@ -22,9 +28,11 @@ import unicodedata
 from pathlib import Path
 
 from core.specs import SpecError
-from harness.runner.results import NON_SEMANTIC_KEYS
+from harness.runner.parent import parent_gone
+from harness.runner.results import NON_SEMANTIC_KEYS, complete_run, write_run
 
 NAME_MAX_CHARS = 200  # leaves room under the usual 255-byte limit for hidden siblings
+NAME_MAX_BYTES = 200  # the same in UTF-8 bytes: file systems limit bytes, not characters
 HASH_CHARS = 8
 # Overrides that do not change what a run computes are left out of its folder name.
 NAME_EXCLUDED = ("experiment", *NON_SEMANTIC_KEYS)
@@ -46,6 +54,8 @@ def check_component(key: str, value) -> str:
         bad = "contains a control character"
     elif len(value) > NAME_MAX_CHARS:
         bad = f"is longer than {NAME_MAX_CHARS} characters"
+    elif len(value.encode()) > NAME_MAX_BYTES:  # surrogates were refused as category C
+        bad = f"is {len(value.encode())} bytes in UTF-8, more than {NAME_MAX_BYTES}"
     if bad:
         raise SpecError(f"{key}: {value!r} {bad}; it must be one folder name")
     return value
@@ -72,8 +82,8 @@ def default_run_name(task_overrides, system: str, config_sha256: str) -> str:
     follow the system as `evictor=lfu`: `composed,evictor=lfu,prefetcher=none-1a2b3c4d`. The
     readable part is shortened to fit; the hash suffix always stays."""
     groups, others = [], []
-    for item in sorted(task_overrides):
-        item = item.lstrip("+~")
+    last = {item.lstrip("+~").partition("=")[0]: item.lstrip("+~") for item in task_overrides}
+    for item in sorted(last.values()):  # a repeated key counts once, its last value (Hydra's)
         key, _, value = item.partition("=")
         if key.startswith("system/"):  # a part of the system chosen as a config group
             groups.append(f"{key[len('system/'):].replace('/', '.')}={value}")
@@ -85,6 +95,32 @@ def default_run_name(task_overrides, system: str, config_sha256: str) -> str:
     if len(head) > room:
         head = head[:room - 1] + "~"
     return f"{head}-{config_sha256[:HASH_CHARS]}"
+
+
+class LockHeld(SpecError):
+    """Another live process holds the run folder's lock: it will write the folder, so this
+    process writes nothing there, not even a failure record."""
+
+
+class ParentGone(RuntimeError):
+    """The sweep that launched this worker is gone (harness/runner/parent.py)."""
+
+
+def _parent_alive() -> None:
+    if parent_gone():
+        raise ParentGone("the launching process is gone: this worker writes nothing")
+
+
+def commit(run_dir: Path, result: dict, tables: dict | None = None,
+           request_ids: list[str] | None = None) -> bool:
+    """Write the run folder under the rule above; the caller holds its RunLock. False when a
+    failure record was not written because the folder holds a complete run. A worker whose
+    sweep was killed writes nothing (ParentGone), checked again just before the swap."""
+    _parent_alive()
+    if result.get("status") == "failed" and complete_run(run_dir) is not None:
+        return False
+    write_run(run_dir, result, tables, request_ids, before_swap=_parent_alive)
+    return True
 
 
 class RunLock:
@@ -104,7 +140,7 @@ class RunLock:
             except BlockingIOError:
                 holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "?"
                 os.close(fd)
-                raise SpecError(f"{self.run_dir}: another process (pid {holder}) is writing "
+                raise LockHeld(f"{self.run_dir}: another process (pid {holder}) is writing "
                                 "this run folder now; wait for it or choose another run_name"
                                 ) from None
             # The holder before us removes the file as it lets go: locking a removed file

@@ -7,9 +7,12 @@ A job's outcome is `done`, `failed` or `skipped`:
 - failed: anything raised inside the job: in a sweep a rejected value too (e.g.
   expert_cache_gb=40 on a 24 GB GPU), an exception, a MemoryError, `timeout_s` passing. The
   job writes a failure record (harness/runner/results.py, `failure_record`) into its run
-  folder, atomically and under the folder's lock, and the sweep goes on. A single run keeps
-  the plain rule for bad input: the caller gets the SpecError / TraceError (a clear message,
-  exit 2, nothing written); other failures write the record there too;
+  folder, atomically and under the folder's lock, unless the folder holds a finished run: a
+  failure never replaces one (harness/runner/store.py, `commit`); the failure is then
+  reported on stderr and in the summary only. The sweep goes on. A single run keeps the
+  plain rule for bad input: the caller gets the SpecError / TraceError (a clear message,
+  exit 2, nothing written); other failures write the record there too, under the same rule;
+  a process that loses a folder's lock to a live writer writes nothing there;
 - done: the run wrote its result (status valid, or oom when the config does not fit).
 
 A value that leaves the job no safe folder name (an unknown top-level key, a NaN, an unsafe
@@ -36,14 +39,18 @@ from core.specs import SpecError, model_spec_from_dict
 from core.trace import TraceError
 from harness.runner.guard import JobTimeout, blas_threads, watchdog
 from harness.runner.logger import log_run
+from harness.runner.parent import ENV as PARENT_ENV
+from harness.runner.parent import watch_parent
 from harness.runner.provenance import code_version, environment, run_id
-from harness.runner.results import config_hash, failure_record, write_run
-from harness.runner.store import RunLock, run_dir_of
+from harness.runner.results import ALWAYS_TABLES, complete_run, config_hash, failure_record
+from harness.runner.runconfig import check_run_config
+from harness.runner.store import LockHeld, RunLock, commit, run_dir_of
 
 STATE_ENV, TOTAL_ENV, START_ENV = ("MOEBENCH_SWEEP_STATE", "MOEBENCH_SWEEP_TOTAL",
                                    "MOEBENCH_SWEEP_START")
-COMPLETE = ("valid", "oom")  # statuses a rerun would only repeat; `failed` reruns
-TABLES = ("tokens", "transfers")  # always written for a valid run; accesses unless save_rows
+# A file the sweep writes its counts to when it ends (`moebench reproduce` reads it: a sweep
+# that never got there stopped before its first job)
+COUNTS_ENV = "MOEBENCH_SWEEP_COUNTS"
 LAST: dict = {}  # the last sweep's counts in this process (moebench/cli.py sets the exit code)
 
 
@@ -68,7 +75,7 @@ def complete_record(cfg: dict) -> tuple[bool, str]:
         old = json.loads((run_dir / "result.json").read_text())
     except (OSError, ValueError):
         return False, "no readable result.json"
-    if not isinstance(old, dict) or old.get("status") not in COMPLETE:
+    if complete_run(run_dir) is None:
         return False, f"status {old.get('status') if isinstance(old, dict) else None}"
     if old.get("config_sha256") != config_hash(cfg):
         return False, "another config"
@@ -78,7 +85,7 @@ def complete_record(cfg: dict) -> tuple[bool, str]:
     if (was.get("sha"), was.get("dirty_sha256")) != (code["sha"], code["dirty_sha256"]):
         return False, "another code version"
     if old["status"] == "valid":
-        wanted = (*TABLES, "accesses") if cfg.get("save_rows", True) else TABLES
+        wanted = (*ALWAYS_TABLES, "accesses") if cfg.get("save_rows", True) else ALWAYS_TABLES
         missing = [t for t in wanted if not (run_dir / f"{t}.parquet").is_file()]
         if missing:
             return False, f"no {missing[0]}.parquet"
@@ -102,8 +109,9 @@ def _kind(exc: BaseException) -> str:
 
 
 def write_failure(cfg: dict, exc: BaseException, system_name: str | None,
-                  wall_s: float) -> Path:
-    """The failure record in the run's folder (atomic, under the folder's lock)."""
+                  wall_s: float) -> tuple[Path, dict | None]:
+    """(run folder, the failure record written there), or (run folder, None) when the folder
+    holds a complete run, which a failure never replaces (store.commit)."""
     if isinstance(exc, JobTimeout) and not str(exc):  # raised asynchronously, no message
         exc = JobTimeout(f"timeout_s: the run took longer than {cfg.get('timeout_s')} s")
     run_dir = run_dir_of(cfg)
@@ -112,25 +120,33 @@ def write_failure(cfg: dict, exc: BaseException, system_name: str | None,
                             git=code, environment=environment(), system_name=system_name,
                             wall_s=wall_s)
     with RunLock(run_dir):
-        write_run(run_dir, record, None)
-    log_run(cfg, record, run_dir)  # failed runs reach the logger too (never raises)
-    return run_dir
+        written = commit(run_dir, record)
+    return run_dir, record if written else None
 
 
 # ---- one job --------------------------------------------------------------------------------
 def run_job(cfg: dict, *, multirun: bool, system_name: str | None, job_num: int = 0) -> dict:
     """Run one named config; returns {"status": done|failed|skipped, "run_dir", "result",
-    "reason"}. Raises SpecError / TraceError only for a single run's bad input."""
+    "reason"}. Raises SpecError / TraceError only for a single run's bad input.
+
+    Every key is checked before anything with a side effect (the BLAS cap, the timer, the
+    lock, the trace cache); the logger runs after the job's `timeout_s`, bounded by its own
+    `logger.timeout_s`."""
     from harness.runner.run import run_config
 
     t0 = time.perf_counter()
+    watch_parent()
     if multirun:
         progress_line(job_num)
-        if cfg.get("resume", True):
-            skip, _why = complete_record(cfg)
-            if skip:
-                return report(job_num, {"status": "skipped", "run_dir": str(run_dir_of(cfg)),
-                                        "result": None, "reason": "complete"})
+    try:
+        check_run_config(cfg)
+    except (SpecError, TraceError) as exc:
+        if not multirun:
+            raise
+        return report(job_num, _failed(cfg, exc, system_name, t0))
+    if multirun and cfg.get("resume", True) and complete_record(cfg)[0]:
+        return report(job_num, {"status": "skipped", "run_dir": str(run_dir_of(cfg)),
+                                "result": None, "reason": "complete"})
     try:
         with blas_threads(cfg.get("blas_threads")), watchdog(cfg.get("timeout_s")):
             result = run_config(cfg)
@@ -140,21 +156,36 @@ def run_job(cfg: dict, *, multirun: bool, system_name: str | None, job_num: int 
         return report(job_num, _failed(cfg, exc, system_name, t0))
     except (Exception, JobTimeout) as exc:  # noqa: BLE001 (a crash is this job's result)
         return report(job_num, _failed(cfg, exc, system_name, t0))
+    log_run(cfg, result, Path(result["_run_dir"]))  # reads the written record; never raises
     return report(job_num, {"status": "done", "run_dir": result["_run_dir"], "result": result,
                             "reason": None})
 
 
 def _failed(cfg: dict, exc: BaseException, system_name, t0: float) -> dict:
+    """The failed outcome; its record where the store's rule allows one, else the reason on
+    stderr with what was kept."""
     import traceback
 
     if _kind(exc) == "exception":  # a crash: its traceback belongs in the log too
         traceback.print_exception(exc, file=sys.stderr)
-    out = {"status": "failed", "run_dir": None, "result": None,
-           "reason": f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__}
+    reason = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+    out = {"status": "failed", "run_dir": None, "result": None, "reason": reason}
+    if isinstance(exc, LockHeld):  # the holder writes this folder; nothing to add
+        print(f"moebench: error: {exc}", file=sys.stderr, flush=True)
+        return out
     try:
-        out["run_dir"] = str(write_failure(cfg, exc, system_name, time.perf_counter() - t0))
-    except (SpecError, OSError) as err:  # no safe folder, or another writer holds it
+        run_dir, record = write_failure(cfg, exc, system_name, time.perf_counter() - t0)
+    except (SpecError, OSError) as err:  # no safe folder, another writer holds it, disk full
         out["reason"] += f" (no failure record: {err})"
+        print(f"moebench: error: {out['reason']}", file=sys.stderr, flush=True)
+        return out
+    out["run_dir"] = str(run_dir)
+    if record is None:
+        out["reason"] += " (the complete run in this folder was kept; no failure record)"
+        print(f"moebench: error: {reason}; kept the complete run in {run_dir} (a failure "
+              "never replaces a finished run)", file=sys.stderr, flush=True)
+    else:
+        log_run(cfg, record, run_dir)  # failed runs reach the logger too (never raises)
     return out
 
 
@@ -255,10 +286,12 @@ class SweepCallback(Callback):
             old.unlink()
         total = sweep_size(list(config.hydra.overrides.task))
         os.environ[STATE_ENV], os.environ[START_ENV] = str(state), repr(time.time())
+        os.environ[PARENT_ENV] = str(os.getpid())  # workers stop when this process dies
         os.environ[TOTAL_ENV] = "" if total is None else str(total)
 
     def on_multirun_end(self, config, **kwargs) -> None:
         state = os.environ.pop(STATE_ENV, None)
+        os.environ.pop(PARENT_ENV, None)
         start = float(os.environ.pop(START_ENV, time.time()))
         total = os.environ.pop(TOTAL_ENV, "")
         if not state:
@@ -269,4 +302,6 @@ class SweepCallback(Callback):
             print(line, flush=True)
         LAST.clear()
         LAST.update(counts)
+        if os.environ.get(COUNTS_ENV):
+            write_json(os.environ[COUNTS_ENV], counts)
         _remove_state(Path(state))

@@ -7,8 +7,11 @@ trace_cache_dir (conf/config.yaml, default `.trace_cache` where moebench runs, g
 null: no cache) is kept apart from results_dir: it is a cache, not a result, and a run refused
 for bad input leaves results_dir as it was even when its trace was already generated.
 <version> is 16 hex digits of the code version below; writing a trace removes the folders
-of other code versions, so the cache holds one code version's traces (a Table 1 trace is
-about 126 MB uncompressed) instead of growing with every edit.
+of other code versions that the cache itself created (each holds the marker file
+`.moebench-trace-cache`; nothing unmarked, no symlink, nothing outside the root is ever
+removed), so the cache holds one code version's traces (a Table 1 trace is about 126 MB
+uncompressed) instead of growing with every edit. A root that cannot be used (a file, a
+read-only or full disk) gives one warning and an uncached run.
 
 The key is the sha256 of the generator config (what load_routing memoizes in memory: model
 name, expert bits, the workload dict with its split, seed and request count), the whole model
@@ -30,10 +33,12 @@ so result.json is the same for a hit and a miss. Delete the folder to reclaim sp
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import fcntl
 import hashlib
 import os
+import re
 import shutil
 import sys
 from collections.abc import Callable
@@ -46,6 +51,9 @@ from core.trace import Trace, TraceError, read_trace, write_trace
 from harness.runner.provenance import code_version
 from harness.runner.results import canonical_json
 
+# The file that marks a version folder as the cache's own; only marked folders are pruned
+MARKER = ".moebench-trace-cache"
+_VERSION_NAME = re.compile(r"[0-9a-f]{16}")
 # meta keys read_trace adds that a generated trace does not carry
 _READER_META = ("format", "version", "content_sha256")
 _GENERATED_SOURCE = next(f.default for f in dataclasses.fields(Trace) if f.name == "source")
@@ -85,11 +93,22 @@ def cache_path(root: str | os.PathLike, key: str) -> Path:
     return Path(root) / version_dir() / f"{key}.npz"
 
 
+def _mark(folder: Path) -> None:
+    """Claim a version folder the cache created as its own (only marked folders are ever
+    removed)."""
+    (folder / MARKER).write_text("moebench trace cache: this folder may be removed\n")
+
+
 def _prune_other_versions(root: Path, keep: str) -> None:
-    """Remove the cache folders of other code versions (best effort: a folder another
-    process is writing may be recreated, and a reader that loses a file regenerates it)."""
-    for other in root.iterdir() if root.is_dir() else ():
-        if other.is_dir() and other.name != keep and len(other.name) == 16:
+    """Remove the cache folders of other code versions that this cache created: a real
+    folder (no symlink) directly under the root, named like a version and holding the
+    cache's marker. Anything else under the root is left alone, so trace_cache_dir pointed
+    at a folder of the user's (even results/) deletes nothing of theirs. Best effort: a
+    folder another process is writing may be recreated, and a reader that loses a file
+    regenerates it."""
+    for other in root.iterdir() if root.is_dir() and not root.is_symlink() else ():
+        if (other.name != keep and _VERSION_NAME.fullmatch(other.name) and not other.is_symlink()
+                and other.is_dir() and (other / MARKER).is_file()):
             shutil.rmtree(other, ignore_errors=True)
 
 
@@ -117,7 +136,10 @@ class _KeyLock:
         self.fd: int | None = None
 
     def __enter__(self) -> _KeyLock:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        folder = self.path.parent
+        if not folder.exists():  # created here, so the cache's own: marked for pruning
+            folder.mkdir(parents=True, exist_ok=True)
+            _mark(folder)
         self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         fcntl.flock(self.fd, fcntl.LOCK_EX)  # waits while another job generates this trace
         return self
@@ -133,12 +155,19 @@ class _KeyLock:
 def cached_trace(root: str | os.PathLike, generator_key: str, model,
                  generate: Callable[[], Trace]) -> Trace:
     """The trace `generate()` makes, from the shared cache under `root` when a job already
-    made it."""
+    made it. A cache folder that cannot be used (not a folder, not writable, a full disk)
+    costs the cache, never the run: one warning, and the trace is generated uncached."""
     path = cache_path(root, cache_key(generator_key, model))
     tr = _read(path)
     if tr is not None:
         return tr
-    with _KeyLock(path):
+    with contextlib.ExitStack() as held:
+        try:
+            held.enter_context(_KeyLock(path))
+        except OSError as exc:
+            print(f"moebench: warning: trace cache {root} is not usable ({exc}); generating "
+                  "the trace without it", file=sys.stderr)
+            return generate()
         tr = _read(path)  # written while this job waited for the lock
         if tr is not None:
             return tr
