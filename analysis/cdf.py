@@ -59,7 +59,10 @@ def request_latency(result: dict, run_dir: Path, metric: str) -> np.ndarray:
     path = run_dir / "tokens.parquet"
     if not path.is_file():
         raise ReportError(f"{path}: missing (the run wrote no per-token table)")
-    tok = pq.read_table(path, columns=["request", "token_index", "time_ms"]).to_pydict()
+    try:
+        tok = pq.read_table(path, columns=["request", "token_index", "time_ms"]).to_pydict()
+    except (OSError, ValueError, KeyError) as exc:  # pyarrow's ArrowInvalid is a ValueError
+        raise ReportError(f"{path}: not a readable per-token table ({exc})") from exc
     req, idx = np.asarray(tok["request"], np.int64), np.asarray(tok["token_index"], np.int64)
     t = np.asarray(tok["time_ms"], np.float64)
     n = int(result["trace"]["num_requests"])

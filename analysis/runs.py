@@ -72,9 +72,15 @@ def axis_value(config: dict, key: str):
     return node
 
 
+def _no_constant(name: str):
+    """result.json is written without NaN or infinity (allow_nan=False): one that holds them
+    was edited or written by something else, and its numbers cannot be trusted."""
+    raise ValueError(f"{name} is not a JSON number")
+
+
 def _read(path: Path) -> dict:
     try:
-        result = json.loads(path.read_text())
+        result = json.loads(path.read_text(), parse_constant=_no_constant)
     except (OSError, ValueError) as exc:
         raise ReportError(f"{path}: not a readable result.json ({exc})") from exc
     for key, kind in (("config", dict), ("system", dict), ("status", str)):
@@ -178,10 +184,12 @@ def _row_key(result: dict, axes: list[str]) -> tuple:
 
 def collect(results_dir: Path, *, axes: list[str] | None = None, allow_mixed: bool = False,
             allow_partial: bool = False, expected_systems: list[str] | None = None,
-            system_names: list[str] | None = None) -> RunSet:
+            system_names: list[str] | None = None, expected_count: int | None = None) -> RunSet:
     """The runs of one report, checked (ReportError names what is wrong). A failure record
     (a job that raised before it had a result: README "Sweeps") is no row: its folder and
-    reason become a note, and its row counts as missing."""
+    reason become a note, and its row counts as missing. `expected_count`: the number of
+    runs the folder's sweeps make, for a folder that several sweeps wrote (its multirun.yaml
+    records only the last one); rows are then counted instead of named."""
     runs = read_runs(results_dir)
     failures = [r for r in runs if r.get("error") and r.get("trace") is None]
     runs = [r for r in runs if not (r.get("error") and r.get("trace") is None)]
@@ -206,18 +214,30 @@ def collect(results_dir: Path, *, axes: list[str] | None = None, allow_mixed: bo
         raise ReportError(f"{results_dir}: runs that do not belong in one table: "
                           + "; ".join(problems[:5]) + f". {hint}")
     out.notes += [f"mixed (--allow-mixed): {p}" for p in problems]
-    systems = declared.get("system") or expected_systems or sorted({k[0] for k in seen})
-    values = [sorted({k[i + 1] for k in seen} | {repr(v) for v in declared.get(a) or []})
-              for i, a in enumerate(axis_keys)]
-    for combo in itertools.product(systems, *values):
-        if combo not in seen:
-            where = ", ".join(f"{a}={v}" for a, v in zip(axis_keys, combo[1:]))
-            out.missing.append(combo[0] + (f" ({where})" if where else ""))
+    if expected_count is not None:
+        if len(runs) < expected_count:
+            out.missing.append(f"{expected_count - len(runs)} of the {expected_count} runs "
+                               "of the experiment's sweeps")
+    else:
+        out.missing += _missing_rows(declared, expected_systems, axis_keys, seen)
     if out.missing and not allow_partial:
         raise ReportError(f"{results_dir}: partial: no run for {', '.join(out.missing[:10])}"
                           f"{' ...' if len(out.missing) > 10 else ''}; finish the sweep or pass "
                           "--allow-partial")
     return out
+
+
+def _missing_rows(declared: dict, expected_systems, axis_keys: list[str], seen) -> list[str]:
+    """The systems asked for times every swept value, less the rows that ran."""
+    systems = declared.get("system") or expected_systems or sorted({k[0] for k in seen})
+    values = [sorted({k[i + 1] for k in seen} | {repr(v) for v in declared.get(a) or []})
+              for i, a in enumerate(axis_keys)]
+    missing = []
+    for combo in itertools.product(systems, *values):
+        if combo not in seen:
+            where = ", ".join(f"{a}={v}" for a, v in zip(axis_keys, combo[1:]))
+            missing.append(combo[0] + (f" ({where})" if where else ""))
+    return missing
 
 
 def publish(out_dir: Path, stem: str, md: str, csv_text: str) -> None:

@@ -42,9 +42,15 @@ def _describe(result: dict) -> str:
             f"{result['hardware']} | {inputs}: {result['status']}")
     if result["status"] != "valid":
         return f"{head} ({result['reason']})"
-    tpot = m["tpot_ms"]["mean"]
-    return (f"{head}, TPOT mean {tpot:.1f} ms, hit rate {m['hit_rate']:.3f}, "
-            f"stall {m['gpu_stall_ms_per_token']:.1f} ms/token -> {result['_run_dir']}")
+    return (f"{head}, TPOT mean {_num(m['tpot_ms']['mean'], '.1f')} ms, hit rate "
+            f"{_num(m['hit_rate'], '.3f')}, stall {_num(m['gpu_stall_ms_per_token'], '.1f')} "
+            f"ms/token -> {result['_run_dir']}")
+
+
+def _num(value, spec: str) -> str:
+    """A metric for the summary line; `n/a` where the run has none (TPOT of a trace with no
+    decode steps)."""
+    return "n/a" if value is None else format(value, spec)
 
 
 def _sweep_dir(results_dir: str, experiment_name: str) -> str:
@@ -140,14 +146,53 @@ SUBCOMMANDS = {
 }
 
 
+# Hydra's flags that take the next argument as their value (`--config-name NAME`)
+_VALUE_FLAGS = ("-c", "--cfg", "-p", "--package", "-cp", "--config-path", "-cn",
+                "--config-name", "-cd", "--config-dir", "--experimental-rerun")
+
+
+def _overrides(argv: list[str]) -> list[str]:
+    out, skip = [], False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg.startswith("-"):
+            skip = arg in _VALUE_FLAGS
+        else:
+            out.append(arg)
+    return out
+
+
+def _before_hydra(argv: list[str]) -> list[str]:
+    """The checks that need the command line as written (harness/runner/overrides.py), and
+    the experiment folder of a run that is not the pinned setting."""
+    from harness.runner.overrides import assign, check_sweep, experiment_folder
+
+    overrides = _overrides(argv)
+    try:
+        check_sweep(overrides, multirun=bool({"-m", "--multirun"} & set(argv)))
+        folder = experiment_folder(overrides)
+    except SpecError as exc:
+        print(f"moebench: error: {exc}", file=sys.stderr)
+        sys.exit(2)
+    if folder is None:
+        return argv
+    print(f"moebench: this setting differs from the pinned experiment; its runs go to the "
+          f"experiment folder {folder} (experiment_name=... chooses another)", file=sys.stderr)
+    return [*argv, assign("experiment_name", folder)]
+
+
 def main(argv: list[str] | None = None) -> None:
+    from harness.runner.parent import watch_parent
+
+    watch_parent()  # a sweep started by `moebench reproduce` stops when that process dies
     argv = sys.argv[1:] if argv is None else argv
     if argv and argv[0] in SUBCOMMANDS:
         import importlib
 
         module, _, func = SUBCOMMANDS[argv[0]].partition(":")
         sys.exit(getattr(importlib.import_module(module), func or "main")(argv[1:]))
-    sys.argv = [sys.argv[0], *argv]
+    sys.argv = [sys.argv[0], *_before_hydra(argv)]
     _hydra_main()
 
 

@@ -23,6 +23,7 @@ from helpers import rewrite_trace, set_array, set_header
 
 from core.trace import trace_from_routing, write_trace
 
+pytestmark = pytest.mark.fault
 ROOT = Path(__file__).resolve().parents[1]
 RUN = ("results_dir={results}", "progress=false", "system=on_demand")  # a plain run's tail
 L, E, K = 26, 64, 6  # deepseek_v2_lite, the model of every case
@@ -196,6 +197,14 @@ TRACES = [
            r"bad\.npz: field 'meta\.content_sha256' does not match", "trace-edited"),
     _trace(b"PK\x03\x04 not really a zip", r"bad\.npz: not a readable trace file",
            "trace-not-zip"),
+    _trace(_npz(set_array("header_json", np.frombuffer(b"[" * 200_000 + b"]" * 200_000,
+                                                       np.uint8))),
+           r"bad\.npz: field 'header_json' nests deeper than this reader follows",
+           "trace-header-nested-200000"),
+    _trace(lambda path: write_trace(trace_from_routing(
+        {"num_moe_layers": L, "num_experts": E, "top_k": K,
+         "moe_layer_stacks": ["decoder"] * L}, []), path),
+        r"bad\.npz: field 'prompt_len': the trace holds no request", "trace-zero-requests"),
     _trace(_npz(set_header("meta.num_moe_layers", 2)),
            r"bad\.npz: field 'meta\.moe_layer_stacks': expected 2 entries", "trace-shape"),
     _trace(_other_model, r"bad\.npz: field 'meta\.num_moe_layers' is 2; model "
@@ -312,6 +321,25 @@ TOP = [  # top-level keys and the result store (harness/runner/runconfig.py, sto
             "config-h2d-inf"),
     _config(("routing={dir}/absent.npz",), r"routing: .*absent\.npz: no such file",
             "config-routing-missing"),
+    # keys applied around a run (timers, BLAS threads) are checked before anything is applied
+    _config(("timeout_s=-1",), r"timeout_s: must be a finite number > 0", "config-timeout-neg"),
+    _config(("timeout_s=abc",), r"timeout_s: must be a finite number", "config-timeout-text"),
+    _config(("timeout_s=[1,2]",), r"timeout_s: must be a finite number", "config-timeout-list"),
+    _config(("blas_threads=abc",), r"blas_threads: must be an integer >= 1",
+            "config-blas-threads-text"),
+    _config(("run_name='" + "é" * 150 + "'",), r"run_name: .* 300 bytes in UTF-8, more than 200",
+            "store-run-name-bytes"),
+    _config(("-m", "system=lru,on_demand", "run_name=same"),
+            r"run_name: 'same' names 1 folder\(s\) for a sweep of 2 jobs",
+            "sweep-shared-run-name"),
+    _config(("routing={dir}/t.npz", "workload.num_requests=40"),
+            r"workload\.num_requests: routing=FILE replays every request", "routing-num-requests"),
+    Case("import-output-folder", {"in.jsonl": _jsonl(_rec())},
+         ("import-routing", "{dir}/in.jsonl", "{results}", "--model", "deepseek_v2_lite"),
+         r"is a folder; give the trace file to write"),
+    Case("import-output-is-input", {"in.jsonl": _jsonl(_rec())},
+         ("import-routing", "{dir}/in.jsonl", "{dir}/in.jsonl", "--model", "deepseek_v2_lite"),
+         r"in\.jsonl: is the input file"),
     Case("table1-partial", {}, ("table1", "{results}/default"),
          r"partial: no run for .*oracle.*--allow-partial"),
     Case("table1-malformed", {"runs/bad/result.json": "{not json"}, ("table1", "{dir}/runs"),

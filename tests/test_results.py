@@ -30,6 +30,8 @@ TINY = ["workload.num_requests=4", "workload.prompt_len=16", "workload.output_le
         "calibration_requests=2", "progress=false"]
 PARQUETS = ("accesses", "tokens", "transfers")
 HEX64 = re.compile(r"^[0-9a-f]{64}$")
+# A run replaying a trace file: the file fixes the requests (workload.num_requests is refused)
+FILE_RUN = [o for o in TINY if not o.startswith("workload.num_requests=")]
 
 
 def cli(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
@@ -204,7 +206,7 @@ def test_corrupt_routing_file_is_a_clear_error(tmp_path, kind):
     bad = tmp_path / f"corrupt_{kind}.npz"
     bad.write_bytes(raw[: len(raw) // 2] if kind == "truncated" else b"not a trace" * 10)
     results = tmp_path / "results"
-    proc = cli(["system=lru", *TINY, f"routing={bad}", f"results_dir={results}"], tmp_path)
+    proc = cli(["system=lru", *FILE_RUN, f"routing={bad}", f"results_dir={results}"], tmp_path)
     assert proc.returncode != 0
     assert bad.name in proc.stderr
     assert "Traceback" not in proc.stderr
@@ -216,7 +218,7 @@ def test_routing_file_for_another_model_is_a_clear_error(tmp_path):
     64 experts): an input error naming the file and field, not a 'failed' result row."""
     path = _small_trace_file(tmp_path / "other_model.npz")
     results = tmp_path / "results"
-    proc = cli(["system=on_demand", *TINY, f"routing={path}", f"results_dir={results}"],
+    proc = cli(["system=on_demand", *FILE_RUN, f"routing={path}", f"results_dir={results}"],
                tmp_path)
     assert proc.returncode != 0
     assert "other_model.npz" in proc.stderr and "num_moe_layers" in proc.stderr

@@ -27,6 +27,8 @@ from harness.runner.store import RunLock, check_component, default_run_name, run
 ROOT = Path(__file__).resolve().parent.parent
 TINY = ["workload.num_requests=2", "workload.prompt_len=8", "workload.output_len=2",
         "calibration_requests=2", "progress=false"]
+# A run replaying a trace file: the file fixes the requests (workload.num_requests is refused)
+FILE_RUN = [o for o in TINY if not o.startswith("workload.num_requests=")]
 
 
 def cli(args: list[str], cwd: Path = ROOT, env: dict | None = None, **kw):
@@ -119,7 +121,7 @@ def test_routing_paths_that_used_to_collide_get_two_folders(tmp_path):
         write_trace(trace, p)
     results = tmp_path / "results"
     for p in paths:
-        proc = cli(["system=lru", *TINY, f"routing={p}", f"results_dir={results}"],
+        proc = cli(["system=lru", *FILE_RUN, f"routing={p}", f"results_dir={results}"],
                    cwd=tmp_path)
         assert proc.returncode == 0, proc.stderr
     folders = sorted(p.name for p in (results / "default").iterdir())
@@ -216,8 +218,8 @@ def test_a_folder_set_aside_by_a_killed_replace_comes_back(tmp_path):
 
 def test_sigkill_inside_a_write_keeps_the_previous_run_and_table1_ignores_the_leftover(
         tmp_path):
-    args = ["experiment=table1", "system=on_demand", *TINY, f"results_dir={tmp_path}",
-            "run_name=od"]
+    args = ["experiment=table1", "experiment_name=table1", "system=on_demand", *TINY,
+            f"results_dir={tmp_path}", "run_name=od"]
     assert cli(args).returncode == 0
     exp = tmp_path / "table1"
     first = (exp / "od" / "result.json").read_bytes()

@@ -291,6 +291,17 @@ def _span(text: str, n: int) -> tuple[int, int]:
     return start, stop
 
 
+def check_output(source: str, output: str) -> None:
+    """The output must be a file path of its own: not a folder, not the input itself (the
+    import would replace the routing it reads)."""
+    out = Path(output)
+    if out.is_dir():
+        raise TraceError(f"{output}: is a folder; give the trace file to write (.npz)")
+    if out.exists() and Path(source).exists() and out.resolve() == Path(source).resolve():
+        raise TraceError(f"{output}: is the input file; writing it would replace the routing "
+                         "being imported")
+
+
 def main(argv: list[str]) -> int:
     """`moebench import-routing IN OUT --model NAME [--decode-tokens N] ...`"""
     from core.trace import write_trace
@@ -310,6 +321,7 @@ def main(argv: list[str]) -> int:
                          "0:500 and a measured split 500:1000)")
     args = ap.parse_args(argv)
     try:
+        check_output(args.input, args.output)
         shape = model_shape(args.model)
         reqs, sha = read_routing(args.input, args.format, args.duplicates,
                                  num_experts=shape["num_experts"])
