@@ -18,7 +18,8 @@ TEST_STAMP := $(VENV)/.installed-test
 TORCH_PIP ?= torch==2.13.0
 PIP := $(PY) -m pip install --quiet --disable-pip-version-check
 
-.PHONY: reproduce-table1 reproduce-zoo reproduce-all figures audit-prefetch test lint bench-sim \
+.PHONY: reproduce-table1 reproduce-zoo reproduce-all figures audit-prefetch test fault-matrix \
+	lint bench-sim \
 	bench-policies bench-behaviour bench-backend clean-results
 
 # setup.py compiles the engine's fast core (harness/sim/fast_*.pyx) and the policies' optional
@@ -40,14 +41,14 @@ $(TEST_STAMP): $(STAMP)
 
 # ROUTING=<trace v1 file> replays an imported or recorded trace instead of synthetic routing.
 # Both reproduce targets resume: a rerun skips every complete run of the same config and code
-# (README "Sweeps"); FRESH=1 deletes the folder first and starts over.
+# (README "Sweeps"); FRESH=1 deletes the folders the command writes first.
 # Without ROUTING: the suite's table1 experiment (synthetic routing, then the shared real
-# sample when present), its table, LaTeX, CSV and figure. With ROUTING: that trace's runs and
-# table only.
+# sample when present), results/table1/ and results/table1_real/, each with its table1.{md,
+# tex,csv,png,pdf}. With ROUTING: that trace's runs, table and figure in a folder of their
+# own, results/table1-routing=<file>@<hash>/ (never beside the pinned runs).
 reproduce-table1: $(STAMP)
-	$(if $(FRESH),rm -rf results/table1 results/table1_real)
-	$(if $(ROUTING),$(MOEBENCH) -m experiment=table1 'system=glob(*,exclude=[composed,belady,belady_bypass,belady_lookahead])' routing=$(abspath $(ROUTING)),$(MOEBENCH) reproduce table1 --jobs $(JOBS))
-	$(if $(ROUTING),$(MOEBENCH) table1 results/table1)
+	$(MOEBENCH) reproduce table1 --jobs $(JOBS) $(if $(FRESH),--fresh) \
+		$(if $(ROUTING),--override routing=$(abspath $(ROUTING)))
 
 # One experiment of the reproduction suite (analysis/repro/experiments/<name>.py): its runs
 # (resumable, failure-isolated, JOBS parallel), then results/<name>/<name>.{md,tex,csv,png,pdf}.
@@ -55,8 +56,7 @@ reproduce-table1: $(STAMP)
 # (torch, transformers and the all-MiniLM-L6-v2 package).
 JOBS ?= 2
 reproduce-%: $(TEST_STAMP)
-	$(if $(FRESH),rm -rf results/$* results/$*_real)
-	$(MOEBENCH) reproduce $* --jobs $(JOBS)
+	$(MOEBENCH) reproduce $* --jobs $(JOBS) $(if $(FRESH),--fresh)
 
 # Every experiment, then every table and figure and results/claims.md.
 reproduce-all: $(TEST_STAMP)
@@ -84,6 +84,12 @@ audit-prefetch: $(STAMP)
 
 test: $(TEST_STAMP)
 	$(PY) -m pytest
+
+# The store's fault matrix, the probe's defects and every bad-input case, the slow
+# real-process ones included (kill -9 of a sweep's parent, racing sweeps); prints
+# `fault matrix: N tried, M OK`. `make test` runs the fast ones.
+fault-matrix: $(TEST_STAMP)
+	$(PY) -m pytest -m fault
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

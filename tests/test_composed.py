@@ -281,15 +281,19 @@ def test_frequency_proposes_the_next_layers_most_counted_experts_ties_lowest_id(
 
 
 def test_table1_runs_exactly_the_eight_named_systems():
-    """`make reproduce-table1` excludes the same names as system_names(), which are the
-    eight named systems (written out here, independently of the config folder)."""
+    """`make reproduce-table1` runs the suite's table1 experiment, whose sweep is
+    system_names(): the eight named systems (written out here, independently of the config
+    folder)."""
     import re
 
-    from harness.runner.config import NOT_IN_TABLE1, system_names
+    from analysis.repro.experiments.table1 import EXPERIMENT
+    from harness.runner.config import NOT_IN_TABLE1, TABLE1_GLOB, system_names
 
     makefile = (Path(__file__).resolve().parents[1] / "Makefile").read_text()
-    excluded = re.search(r"reproduce-table1:.*?system=glob\(\*,exclude=\[([^\]]*)\]\)",
-                         makefile, re.S).group(1).split(",")
+    assert re.search(r"reproduce-table1:.*?\n\t\$\(MOEBENCH\) reproduce table1 ", makefile,
+                     re.S)
+    assert [s.overrides for s in EXPERIMENT.sweeps] == [(f"system={TABLE1_GLOB}",)] * 2
+    excluded = re.search(r"glob\(\*,exclude=\[([^\]]*)\]\)", TABLE1_GLOB).group(1).split(",")
     assert sorted(excluded) == sorted(NOT_IN_TABLE1)
     assert system_names() == sorted(["no_offload", "on_demand", "layer_offload", "lru",
                                      "moe_infinity", "fmoe", "diff_moe", "oracle"])

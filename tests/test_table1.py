@@ -37,15 +37,21 @@ def test_table1_from_runs(tmp_path):
     assert main([str(out), "--allow-partial"]) == 0
     rows = _rows(out)
     assert list(rows[0]) == [
-        "system", "bound", "status", "tpot_mean_ms", "tpot_p99_ms", "compute_floor_ms",
-        "headroom", "gpu_idle_ms_per_token", "hit_rate_decode", "h2d_gb_per_token",
-        "paper_tpot_mean_ms", "paper_tpot_tail_ms", "paper_gpu_idle_ms"]
+        "system", "bound", "paper_system", "status", "tpot_mean_ms", "paper_tpot_mean_ms",
+        "tpot_ratio", "tpot_p99_ms", "paper_tpot_tail_ms", "compute_floor_ms", "headroom",
+        "gpu_idle_ms_per_token", "paper_gpu_idle_ms", "hit_rate_decode", "h2d_gb_per_token"]
+    for ext in ("md", "tex", "csv", "png", "pdf"):  # the suite's files, one report
+        assert (out / f"table1.{ext}").is_file(), ext
     by = {r["system"]: r for r in rows}
     assert by["oracle"]["bound"] == "true" and by["lru"]["bound"] == "false"
     # MoE-Infinity Table 1: DeepSpeed 737/803/513, Mixtral-Offloading 1250/1530/754.
     assert (by["layer_offload"]["paper_tpot_mean_ms"], by["layer_offload"]["paper_tpot_tail_ms"],
-            by["layer_offload"]["paper_gpu_idle_ms"]) == ("737", "803", "513")
-    assert (by["lru"]["paper_tpot_mean_ms"], by["lru"]["paper_gpu_idle_ms"]) == ("1250", "754")
+            by["layer_offload"]["paper_gpu_idle_ms"]) == ("737.00", "803.00", "513.00")
+    assert (by["lru"]["paper_tpot_mean_ms"], by["lru"]["paper_gpu_idle_ms"]) == ("1250.00",
+                                                                                "754.00")
+    assert by["layer_offload"]["paper_system"] == "DeepSpeed"
+    lo = json.loads((out / "layer_offload" / "result.json").read_text())["metrics"]
+    assert by["layer_offload"]["tpot_ratio"] == f"{lo['tpot_ms']['mean'] / 737:.2f}"
     assert by["on_demand"]["paper_tpot_mean_ms"] == ""
     assert by["no_offload"]["status"] == "oom" and by["no_offload"]["tpot_mean_ms"] == ""
     assert float(by["lru"]["tpot_mean_ms"]) > 0

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from analysis.repro.frame import frame
+from analysis.repro.layout import experiment_frame
 from analysis.repro.output import fmt
 from analysis.repro.real import real_size
 from analysis.repro.registry import EXPERIMENTS
@@ -33,16 +33,19 @@ def _value(v) -> str:
 def experiment_claims(name: str, results: Path) -> list[ClaimRow]:
     exp = EXPERIMENTS[name]
     try:
-        runs = frame(results / name)
-    except ReportError:
-        row = ClaimRow(f"{name}", name, exp.mirrors, f"make reproduce-{name} not run yet",
-                       "not_expressible", note="no results yet")
-        row.verdict, row.reason = "not run", f"no results in {results / name}"
+        runs = experiment_frame(name, results, allow_partial=True)
+    except ReportError as exc:
+        missing = not (results / name).is_dir()
+        row = ClaimRow(f"{name}", name, exp.mirrors, f"make reproduce-{name} not run yet"
+                       if missing else f"results/{name} cannot be judged", "not_expressible",
+                       note="no results yet" if missing else str(exc))
+        row.verdict, row.reason = "not run", f"no results in {results / name}" if missing \
+            else f"its runs do not make one table: {exc}"
         return [row]
     real = None
     if exp.real_model is not None and (results / f"{name}_real").is_dir():
         try:
-            real = frame(results / f"{name}_real")
+            real = experiment_frame(name, results, real=True, allow_partial=True)
         except ReportError:
             real = None
     table = exp.table(runs)[0]

@@ -1,15 +1,16 @@
 """A results folder as a pandas table: one row per run, the settings that vary between its
 runs as columns, and the metrics every experiment reads (definitions: docs/metrics.md).
 
-Only result.json files are read (analysis/runs.py read_runs); nothing is rerun. A run that
-is not valid (oom, failed) keeps its row with empty metrics and its status and reason.
+Only result.json files are read, through analysis/runs.py's checks (`checked_frame`); nothing
+is rerun. A run that is not valid (oom) keeps its row with empty metrics and its status and
+reason; a failure record is a note, and its row counts as missing.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from analysis.runs import flatten, read_runs
+from analysis.runs import collect, flatten
 from harness.runner.results import NON_SEMANTIC_KEYS
 
 # column -> dotted key of result["metrics"] (a latency block: its mean unless named)
@@ -62,8 +63,18 @@ def run_rows(results: list[dict]) -> list[dict]:
     return rows
 
 
-def frame(results_dir: Path):
-    """pandas DataFrame of every run under results_dir, sorted by run folder."""
+def checked_frame(folder: Path, *, axes: list[str] | None = None, allow_mixed: bool = False,
+                  allow_partial: bool = False, expected_count: int | None = None):
+    """The runs of one report through analysis/runs.collect (refuse to mix, completeness:
+    ReportError says why), as `frame` does; failure records are notes, not rows. The
+    DataFrame's attrs carry `axes`, `missing` and `notes` for the table's header."""
     import pandas as pd
 
-    return pd.DataFrame(run_rows(read_runs(Path(results_dir))))
+    from harness.runner.config import system_names
+
+    runs = collect(Path(folder), axes=axes, allow_mixed=allow_mixed,
+                   allow_partial=allow_partial, expected_systems=system_names(),
+                   system_names=system_names(), expected_count=expected_count)
+    out = pd.DataFrame(run_rows(runs.results))
+    out.attrs.update(axes=list(runs.axes), missing=list(runs.missing), notes=list(runs.notes))
+    return out

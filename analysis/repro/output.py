@@ -15,7 +15,8 @@ from core.atomic import write_text
 
 # Decimals by column name: milliseconds, factors and GiB to 2, shares and rates to 4.
 _TWO = ("_ms", "_gib", "ratio", "speedup", "headroom", "_s", "gbps", "_gb")
-_FOUR = ("hit_rate", "miss_rate", "share", "recall", "precision", "per_s", "_rps")
+_FOUR = ("hit_rate", "miss_rate", "share", "recall", "precision", "per_s", "_rps",
+         "gb_per_token")
 
 
 def fmt(value, column: str = "") -> str:
@@ -102,4 +103,5 @@ def grouped_bars(ax, groups: list[str], series: dict[str, list], ylabel: str,
         ax.set_yscale("log")
         for axis in (ax.yaxis.set_major_formatter, ax.yaxis.set_minor_formatter):
             axis(FuncFormatter(lambda v, _: f"{v:g}"))  # 2, 3, 4 rather than 2x10^0
-    ax.legend(fontsize=7)
+    if ax.get_legend_handles_labels()[0]:  # no bar at all (no valid row): no legend
+        ax.legend(fontsize=7)

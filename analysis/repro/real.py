@@ -59,12 +59,12 @@ def real_traces(model: str, results: Path) -> dict[str, Path] | None:
 
 
 def real_overrides(exp, results: Path) -> list[str] | None:
-    """The overrides that point an experiment's real sweep at the sample (its runs go to
-    results/<name>_real/); None without the sample."""
+    """The overrides that point an experiment's real sweep at the sample (the suite sends
+    its runs to results/<name>_real/); None without the sample."""
     traces = real_traces(exp.real_model, results)
     if traces is None:
         return None
-    extra = [f"experiment_name={exp.name}_real", f"routing={_portable(traces['meas.npz'])}"]
+    extra = [f"routing={_portable(traces['meas.npz'])}"]
     if "cal.npz" in traces:
         extra.append(f"calibration_routing={_portable(traces['cal.npz'])}")
     return extra

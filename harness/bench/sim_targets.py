@@ -109,7 +109,7 @@ def time_table1(requests: int) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         cmd = [sys.executable, "-m", "moebench.cli", "-m", "experiment=table1",
                f"system={TABLE1_SYSTEMS}", f"workload.num_requests={requests}",
-               f"calibration_requests={requests}",
+               f"calibration_requests={requests}", "experiment_name=table1",
                f"results_dir={tmp}/results", f"trace_cache_dir={tmp}/cache", "progress=false"]
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
         t0 = time.perf_counter()

@@ -13,7 +13,7 @@ from analysis.paper_numbers import MOE_INFINITY_TABLE1, TABLE1_FOOTNOTES
 from analysis.repro.output import grouped_bars, new_figure
 from analysis.repro.spec import Experiment, Sweep
 from analysis.repro.verdict import ClaimRow
-from analysis.table1 import ORDER
+from analysis.table1 import header, row, sort_key, varying_facts
 from harness.runner.config import TABLE1_GLOB
 
 SYSTEMS = TABLE1_GLOB
@@ -21,48 +21,53 @@ PAPER = "MoE-Infinity (arXiv 2401.14361) Table 1"
 
 
 def table(runs):
-    """One row per system: ours beside the paper's TPOT (mean, tail) and GPU idle."""
+    """One row per run (a system, times the swept values): ours beside the paper's TPOT (mean,
+    tail) and GPU idle, the compute floor and headroom; facts that differ between rows are
+    columns (analysis/table1.py)."""
     import pandas as pd
 
-    rank = {n: i for i, n in enumerate(ORDER)}
-    rows = []
-    for r in sorted(runs.to_dict("records"), key=lambda r: rank.get(r["system"], 99)):
-        p = MOE_INFINITY_TABLE1.get(r["system"], {})
-        ours, paper = r["tpot_mean_ms"], p.get("tpot_mean_ms")
-        rows.append({
-            "system": r["system"], "paper_system": p.get("paper_system", ""),
-            "status": r["status"], "tpot_mean_ms": ours, "paper_tpot_mean_ms": paper,
-            "tpot_ratio": ours / paper if ours is not None and paper else None,
-            "tpot_p99_ms": r["tpot_p99_ms"], "paper_tpot_tail_ms": p.get("tpot_tail_ms"),
-            "compute_floor_ms": r["compute_floor_ms"], "headroom": r["headroom"],
-            "gpu_idle_ms_per_token": r["decode_stall_ms_per_token"],
-            "paper_gpu_idle_ms": p.get("gpu_idle_ms"), "hit_rate_decode": r["hit_rate_decode"],
-            "h2d_gb_per_token": r["h2d_gb_per_token"]})
-    first = runs.iloc[0]
-    header = [f"# {PAPER}, SIMULATED", "",
-              f"DeepSeek-V2-Lite on {first['hardware']}, batch 1, {first['requests']} "
-              f"requests, {first['routing']} routing, expert cache "
-              f"{first['expert_cache_gib']:.2f} GiB. Compute floor: TPOT with every expert "
-              "resident and no stall; headroom = TPOT / floor; tpot_ratio = ours / paper "
-              "(absolute milliseconds are not comparable: compare orderings and ratios)."]
-    return pd.DataFrame(rows), header, list(TABLE1_FOOTNOTES)
+    axes = list(runs.attrs.get("axes", []))
+    results = sorted(runs["_result"], key=lambda r: sort_key(r, axes))
+    varying = varying_facts(results)
+    tab = pd.DataFrame([row(r, axes, varying) for r in results])
+    lines = header(results, axes, list(runs.attrs.get("missing", [])),
+                   list(runs.attrs.get("notes", [])), PAPER)
+    return tab, lines, list(TABLE1_FOOTNOTES)
 
 
 def figure(tab, runs):
-    """TPOT relative to MoE-Infinity's, ours and the paper's, per system."""
-    ref = tab.set_index("system")
-    base_ours = ref.loc["moe_infinity", "tpot_mean_ms"] if "moe_infinity" in ref.index else None
+    """TPOT relative to MoE-Infinity's, ours and the paper's, per system; with swept axes,
+    each row's TPOT (ms) per system and swept value."""
+    import pandas as pd
+
+    routing = runs.iloc[0]["routing"]
+    axes = list(runs.attrs.get("axes", []))
+    valid = tab[tab["tpot_mean_ms"].notna()]
+    if axes:
+        fig, ax = new_figure(f"{PAPER}: TPOT by {', '.join(axes)}", routing)
+        points = valid.apply(lambda r: ", ".join(str(r[a]) for a in axes), axis=1)
+        names = list(dict.fromkeys(valid["system"]))
+        series = {p: [valid[(valid["system"] == s) & (points == p)]["tpot_mean_ms"].max()
+                      for s in names] for p in dict.fromkeys(points)}
+        grouped_bars(ax, names, series, "TPOT mean (ms)", log=True)
+        return fig
+    mi = valid[valid["system"] == "moe_infinity"]["tpot_mean_ms"]
+    base_ours = mi.iloc[0] if len(mi) else None
     base_paper = MOE_INFINITY_TABLE1["moe_infinity"]["tpot_mean_ms"]
-    systems = [s for s in tab["system"] if ref.loc[s, "tpot_mean_ms"] is not None]
-    ours = [ref.loc[s, "tpot_mean_ms"] / base_ours if base_ours else None for s in systems]
-    paper = [ref.loc[s, "paper_tpot_mean_ms"] / base_paper
-             if ref.loc[s, "paper_tpot_mean_ms"] else None for s in systems]
-    floor = [ref.loc[s, "compute_floor_ms"] / base_ours if base_ours else None
-             for s in systems]
-    fig, ax = new_figure(f"{PAPER}: TPOT / MoE-Infinity's TPOT", runs.iloc[0]["routing"])
-    grouped_bars(ax, systems, {"ours (simulated)": ours, "paper (measured)": paper,
-                               "ours: compute floor": floor}, "TPOT relative to moe_infinity",
-                 log=True)
+    seen: dict[str, int] = {}
+    labels = []  # a system named twice (rows mixed with --allow-mixed) gets a number
+    for name in valid["system"]:
+        seen[name] = seen.get(name, 0) + 1
+        labels.append(name if seen[name] == 1 else f"{name} #{seen[name]}")
+
+    def rel(column: str, base) -> list:
+        return [v / base if base and pd.notna(v) else None for v in valid[column]]
+
+    fig, ax = new_figure(f"{PAPER}: TPOT / MoE-Infinity's TPOT", routing)
+    grouped_bars(ax, labels, {"ours (simulated)": rel("tpot_mean_ms", base_ours),
+                              "paper (measured)": rel("paper_tpot_mean_ms", base_paper),
+                              "ours: compute floor": rel("compute_floor_ms", base_ours)},
+                 "TPOT relative to moe_infinity", log=True)
     return fig
 
 
