@@ -4,7 +4,8 @@ Outside a checkout the code version is the package version plus a digest of the 
 (.py under the packages, conf yaml); the run's run_id, resume (sweep.complete_record) and the
 trace cache key (trace_cache.code_key) all compare that one identity. In a checkout the
 identity is the git one, unchanged: the expected run_id below is computed by hand from the
-formula result.json files already carry.
+formula result.json files already carry. Shared data: an installed copy reads only
+MOEBENCH_SHARED_DATA.
 """
 
 from __future__ import annotations
@@ -13,6 +14,9 @@ import hashlib
 import subprocess
 from pathlib import Path
 
+import pytest
+
+import core.shared_data as shared_data
 from harness.runner import provenance, sweep, trace_cache
 from harness.runner.config import compose_config
 from harness.runner.provenance import code_identity, code_version, run_id
@@ -97,3 +101,14 @@ def test_resume_and_the_trace_cache_use_the_installed_identity(tmp_path, monkeyp
     assert sweep.complete_record(cfg)[1].startswith("code version unknown")
     trace_cache.code_key.cache_clear()
 
+
+def test_an_installed_copy_reads_shared_data_only_from_the_variable(tmp_path, monkeypatch):
+    monkeypatch.setattr(shared_data, "in_checkout", lambda: False)
+    monkeypatch.delenv(shared_data.ENV_VAR, raising=False)
+    assert shared_data.shared_data_dir() is None
+    assert shared_data.shared_file("mmlu") is None
+    with pytest.raises(FileNotFoundError, match=shared_data.ENV_VAR):
+        shared_data.require_shared_file("mmlu", "x.jsonl")
+    (tmp_path / "mmlu").mkdir()
+    monkeypatch.setenv(shared_data.ENV_VAR, str(tmp_path))
+    assert shared_data.shared_file("mmlu") == tmp_path / "mmlu"
