@@ -1,6 +1,6 @@
 # moe-offload-bench. Two commands do everything on a fresh clone (Python 3.11, make, PyPI):
 #   make reproduce-table1    # MoE-Infinity Table 1 setting, every system, simulated, offline
-#   make test                # the test suite
+#   make test                # the test suite (two workers; `make test-slow`: the slow tests)
 # The reproduction suite (docs/reproduction.md): make reproduce-<experiment> for one published
 # table or figure, make reproduce-all for every one, make figures to rebuild every table,
 # figure and results/claims.md from the results alone.
@@ -18,8 +18,8 @@ TEST_STAMP := $(VENV)/.installed-test
 TORCH_PIP ?= torch==2.13.0
 PIP := $(PY) -m pip install --quiet --disable-pip-version-check
 
-.PHONY: reproduce-table1 reproduce-zoo reproduce-all figures audit-prefetch test lint bench-sim \
-	bench-policies bench-behaviour bench-backend clean-results
+.PHONY: reproduce-table1 reproduce-zoo reproduce-all figures audit-prefetch test test-slow lint \
+	bench-sim bench-policies bench-behaviour bench-backend clean-results
 
 # setup.py compiles the engine's fast core (harness/sim/fast_*.pyx) and the policies' optional
 # kernels (systems/*.pyx) in place: edits rebuild them.
@@ -82,8 +82,14 @@ reproduce-zoo: $(STAMP)
 audit-prefetch: $(STAMP)
 	OPENBLAS_NUM_THREADS=1 $(MOEBENCH) audit-prefetch $(if $(REQUESTS),--requests $(REQUESTS))
 
+# Two workers (pytest-xdist; each test process works in its own temporary folder,
+# tests/conftest.py). Tests marked slow (over a minute, and covered by another target) run
+# only with `make test-slow`; pytest's exit 5 there means that no test is marked slow.
 test: $(TEST_STAMP)
-	$(PY) -m pytest
+	$(PY) -m pytest -n 2 -m "not slow"
+
+test-slow: $(TEST_STAMP)
+	$(PY) -m pytest -n 2 -m slow || test $$? -eq 5
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
