@@ -1,6 +1,6 @@
 # moe-offload-bench. Two commands do everything on a fresh clone (Python 3.11, make, PyPI):
 #   make reproduce-table1    # MoE-Infinity Table 1 setting, every system, simulated, offline
-#   make test                # the test suite
+#   make test                # the test suite (two workers; `make fault-matrix`: the slow ones)
 # The reproduction suite (docs/reproduction.md): make reproduce-<experiment> for one published
 # table or figure, make reproduce-all for every one, make figures to rebuild every table,
 # figure and results/claims.md from the results alone.
@@ -19,8 +19,7 @@ TORCH_PIP ?= torch==2.13.0
 PIP := $(PY) -m pip install --quiet --disable-pip-version-check
 
 .PHONY: reproduce-table1 reproduce-zoo reproduce-all figures audit-prefetch test fault-matrix \
-	lint bench-sim \
-	bench-policies bench-behaviour bench-backend clean-results
+	lint bench-sim bench-policies bench-behaviour bench-backend clean-results
 
 # setup.py compiles the engine's fast core (harness/sim/fast_*.pyx) and the policies' optional
 # kernels (systems/*.pyx) in place: edits rebuild them.
@@ -82,14 +81,17 @@ reproduce-zoo: $(STAMP)
 audit-prefetch: $(STAMP)
 	OPENBLAS_NUM_THREADS=1 $(MOEBENCH) audit-prefetch $(if $(REQUESTS),--requests $(REQUESTS))
 
+# Two workers (pytest-xdist; each test process works in its own temporary folder,
+# tests/conftest.py). Tests marked slow (real processes killed and raced, covered by
+# `make fault-matrix`) are left out.
 test: $(TEST_STAMP)
-	$(PY) -m pytest
+	$(PY) -m pytest -n 2 -m "not slow"
 
 # The store's fault matrix, the probe's defects and every bad-input case, the slow
 # real-process ones included (kill -9 of a sweep's parent, racing sweeps); prints
 # `fault matrix: N tried, M OK`. `make test` runs the fast ones.
 fault-matrix: $(TEST_STAMP)
-	$(PY) -m pytest -m fault
+	$(PY) -m pytest -n 2 -m fault
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

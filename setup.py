@@ -5,9 +5,11 @@ systems/fmoe_fast.pyx, C) and the oracle's plan (systems/belady_fast.pyx, C) in 
 Everything else is in pyproject.toml. The extensions are optional: without a C++ compiler
 the install still succeeds and the engine runs its pure-Python reference core
 (harness/sim/cores.py; `engine_core` in the config), moe_infinity its numpy code,
-fMoE its python loops."""
+fMoE its python loops. MOEBENCH_NO_EXTENSIONS=1 builds none of them (and needs no Cython):
+tests/test_wheel.py builds its wheel that way, to check what ships in seconds."""
 
-from Cython.Build import cythonize
+import os
+
 from setuptools import Extension, setup
 
 FAST = ("fast_state", "fast_copies", "fast_step")
@@ -31,4 +33,9 @@ extensions.append(Extension("systems.fmoe_fast", ["systems/fmoe_fast.pyx"],
 extensions.append(Extension("systems.belady_fast", ["systems/belady_fast.pyx"],
                             extra_compile_args=["-O2"], optional=True))
 
-setup(ext_modules=cythonize(extensions, language_level=3, quiet=True))
+if os.environ.get("MOEBENCH_NO_EXTENSIONS") == "1":
+    setup(ext_modules=[])
+else:
+    from Cython.Build import cythonize  # a build requirement (pyproject.toml) of this path only
+
+    setup(ext_modules=cythonize(extensions, language_level=3, quiet=True))

@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from core.paths import PROJECT_ROOT
+from core.paths import CONF_DIR
 
 # kind -> the config groups it lists (folders under conf/)
 KINDS = {
@@ -34,13 +34,13 @@ def description(path: Path) -> str:
     return "(no description)"
 
 
-def options(group: str, conf: Path = PROJECT_ROOT / "conf") -> list[tuple[str, str]]:
+def options(group: str, conf: Path = CONF_DIR) -> list[tuple[str, str]]:
     """[(`group=name`, description)] of the group's yaml files, sorted by name. conf/workload
     is no kind: its only generator is synthetic, the rest are stubs naming their replacement."""
     return [(f"{group}={p.stem}", description(p)) for p in sorted((conf / group).glob("*.yaml"))]
 
 
-def render(kinds: list[str], conf: Path = PROJECT_ROOT / "conf") -> str:
+def render(kinds: list[str], conf: Path = CONF_DIR) -> str:
     lines: list[str] = []
     for kind in kinds:
         rows = [row for group in KINDS[kind] for row in options(group, conf)]

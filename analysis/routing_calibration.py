@@ -21,7 +21,7 @@ import yaml
 
 from analysis.characterize import characterize, cosine_matrix, request_sequences, semantic_coupling
 from core.atomic import write_text
-from core.paths import PROJECT_ROOT
+from core.paths import CONF_DIR
 from core.shared_data import require_shared_file
 from core.specs import model_spec_from_dict
 from workloads.importers import read_routing
@@ -63,7 +63,7 @@ CHECKED = ("reuse_lag1", "entropy_bits", "top_share", "used")  # the issue's 20%
 
 
 def model(name: str):
-    return model_spec_from_dict(yaml.safe_load((PROJECT_ROOT / "conf" / "model" /
+    return model_spec_from_dict(yaml.safe_load((CONF_DIR / "model" /
                                                 f"{name}.yaml").read_text()), where=name)
 
 

@@ -70,11 +70,11 @@ def _hydra_main() -> None:
     from hydra.core.hydra_config import HydraConfig
     from omegaconf import DictConfig, OmegaConf
 
-    from core.paths import PROJECT_ROOT
+    from core.paths import CONF_DIR
 
     OmegaConf.register_new_resolver("moebench_sweep_dir", _sweep_dir, replace=True)
 
-    @hydra.main(config_path=str(PROJECT_ROOT / "conf"), config_name="config", version_base="1.3")
+    @hydra.main(config_path=str(CONF_DIR), config_name="config", version_base="1.3")
     def task(cfg: DictConfig) -> None:
         from hydra.types import RunMode
 

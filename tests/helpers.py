@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from core.shared_data import ENV_VAR, shared_data_dir, shared_file
+from core.shared_data import ENV_VAR, looked_for, shared_file
 from core.specs import model_spec_from_dict
 from core.trace import trace_from_routing
 
@@ -92,7 +92,7 @@ def shared(*parts: str):
     beside the checkout); the calling test skips with the looked-up path when it is absent."""
     path = shared_file(*parts)
     if path is None:
-        pytest.skip(f"shared data {shared_data_dir().joinpath(*parts)} is absent (set {ENV_VAR})")
+        pytest.skip(f"shared data {looked_for(*parts)} is absent (set {ENV_VAR})")
     return path
 
 

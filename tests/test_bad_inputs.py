@@ -24,7 +24,6 @@ from helpers import rewrite_trace, set_array, set_header
 from core.trace import trace_from_routing, write_trace
 
 pytestmark = pytest.mark.fault
-ROOT = Path(__file__).resolve().parents[1]
 RUN = ("results_dir={results}", "progress=false", "system=on_demand")  # a plain run's tail
 L, E, K = 26, 64, 6  # deepseek_v2_lite, the model of every case
 
@@ -360,7 +359,7 @@ def _snapshot(root: Path) -> dict[str, bytes | None]:
 def _moebench(argv, tmp: Path) -> subprocess.CompletedProcess:
     env = {**os.environ, "MOEBENCH_CACHE": str(tmp / "cache"), "HF_HUB_OFFLINE": "1",
            "TRANSFORMERS_OFFLINE": "1"}
-    return subprocess.run([sys.executable, "-m", "moebench.cli", *argv], cwd=ROOT, env=env,
+    return subprocess.run([sys.executable, "-m", "moebench.cli", *argv], env=env,
                           capture_output=True, text=True, timeout=120)
 
 

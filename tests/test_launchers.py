@@ -18,7 +18,6 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
 TINY = ["workload.num_requests=2", "workload.prompt_len=8", "workload.output_len=2",
         "calibration_requests=2", "progress=false", "system=lru,on_demand"]
 MACHINE = ("timing", "environment")
@@ -32,7 +31,7 @@ def _env(**extra) -> dict:
 def _sweep(results: Path, launcher: list[str], env: dict | None = None, timeout: int = 120):
     t0 = time.perf_counter()
     proc = subprocess.run([sys.executable, "-m", "moebench.cli", "-m", *launcher, *TINY,
-                           f"results_dir={results}"], cwd=ROOT, env=env or _env(),
+                           f"results_dir={results}"], env=env or _env(),
                           capture_output=True, text=True, timeout=timeout)
     return proc, time.perf_counter() - t0
 

@@ -36,8 +36,8 @@ def _env(**extra) -> dict:
 
 
 def _cli(args, env=None, timeout=180):
-    return subprocess.run([sys.executable, "-m", "moebench.cli", *args], cwd=ROOT,
-                          env=env or _env(), capture_output=True, text=True, timeout=timeout)
+    return subprocess.run([sys.executable, "-m", "moebench.cli", *args], env=env or _env(),
+                          capture_output=True, text=True, timeout=timeout)
 
 
 def _record(run_dir: Path) -> tuple[dict, dict]:

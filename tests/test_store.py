@@ -31,7 +31,7 @@ TINY = ["workload.num_requests=2", "workload.prompt_len=8", "workload.output_len
 FILE_RUN = [o for o in TINY if not o.startswith("workload.num_requests=")]
 
 
-def cli(args: list[str], cwd: Path = ROOT, env: dict | None = None, **kw):
+def cli(args: list[str], cwd: Path | None = None, env: dict | None = None, **kw):
     return subprocess.run([sys.executable, "-m", "moebench.cli", *args], cwd=cwd,
                           capture_output=True, text=True, timeout=180,
                           env={**os.environ, **(env or {})}, **kw)
@@ -162,7 +162,7 @@ def test_a_killed_lock_holder_never_blocks_a_later_run(tmp_path):
 
 def test_concurrent_writers_of_one_folder_succeed_or_get_the_lock_error(tmp_path):
     args = ["system=on_demand", *TINY, f"results_dir={tmp_path}", "run_name=same"]
-    procs = [subprocess.Popen([sys.executable, "-m", "moebench.cli", *args], cwd=ROOT,
+    procs = [subprocess.Popen([sys.executable, "-m", "moebench.cli", *args],
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
              for _ in range(4)]
     outs = [p.communicate(timeout=180) for p in procs]
@@ -223,7 +223,7 @@ def test_sigkill_inside_a_write_keeps_the_previous_run_and_table1_ignores_the_le
     assert cli(args).returncode == 0
     exp = tmp_path / "table1"
     first = (exp / "od" / "result.json").read_bytes()
-    proc = subprocess.Popen([sys.executable, "-m", "moebench.cli", *args], cwd=ROOT,
+    proc = subprocess.Popen([sys.executable, "-m", "moebench.cli", *args],
                             env={**os.environ, PAUSE_ENV: "60"}, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE)
     deadline = time.monotonic() + 120

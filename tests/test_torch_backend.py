@@ -134,9 +134,10 @@ def test_validate_runs_end_to_end_on_cpu(tmp_path):
     """Mechanics only on CPU: the same trace through SimBackend and TorchBackend."""
     import json
 
+    from core.paths import CONF_DIR
     from harness.live.validate import main
 
-    rc = main(["--hardware", "conf/hardware/rtx_a5000.yaml", "--num-moe-layers", "1",
+    rc = main(["--hardware", str(CONF_DIR / "hardware" / "rtx_a5000.yaml"), "--num-moe-layers", "1",
                "--scale", "0.0625", "--vocab-size", "512", "--cache-fraction", "0.25",
                "--requests", "1", "--prompt-len", "8", "--output-len", "3",
                "--out", str(tmp_path)])

@@ -266,10 +266,10 @@ def model_shape(name: str) -> dict:
     """num_moe_layers, num_experts, top_k and model name from conf/model/<name>.yaml."""
     import yaml
 
-    from core.paths import PROJECT_ROOT
+    from core.paths import CONF_DIR
     from core.specs import model_spec_from_dict
 
-    path = PROJECT_ROOT / "conf" / "model" / f"{name}.yaml"
+    path = CONF_DIR / "model" / f"{name}.yaml"
     if not path.exists():
         raise ValueError(f"--model: no conf/model/{name}.yaml")
     spec = model_spec_from_dict(yaml.safe_load(path.read_text()), where=name)

@@ -69,12 +69,12 @@ def _lengths(name: str, path: Path) -> tuple[np.ndarray, np.ndarray, dict]:
 
 def fit_tables(shared_dir: Path | None = None) -> dict:
     """{source: provenance and the prompt / output summaries} from the shared data."""
-    from core.shared_data import require_shared_file, shared_data_dir
+    from core.shared_data import require_shared_file
 
-    root = Path(shared_dir) if shared_dir is not None else shared_data_dir()
     tables = {}
     for name, rel in FILES.items():
-        path = root / rel if shared_dir is not None else require_shared_file(*rel.split("/"))
+        path = (Path(shared_dir) / rel if shared_dir is not None
+                else require_shared_file(*rel.split("/")))
         prompt, output, info = _lengths(name, path)
         fields = info.pop("fields")
         tables[name] = {

@@ -32,7 +32,7 @@ import numpy as np
 import yaml
 
 from core.atomic import write_json, write_text
-from core.paths import PROJECT_ROOT
+from core.paths import CONF_DIR
 from core.specs import HardwareSpec, ModelSpec, hardware_spec_from_dict, model_spec_from_dict
 from harness.sim.backend_sim import SimBackend
 
@@ -256,7 +256,7 @@ def calibrate(model: str = "deepseek_v2_lite", device: str = "cpu", threads: int
 
     if device.startswith("cuda") and not torch.cuda.is_available():
         raise SystemExit("moebench calibrate: --device cuda but torch sees no CUDA device")
-    spec_path = PROJECT_ROOT / "conf" / "model" / f"{model}.yaml"
+    spec_path = CONF_DIR / "model" / f"{model}.yaml"
     if not spec_path.exists():
         raise SystemExit(f"moebench calibrate: no model spec {spec_path}")
     spec = model_spec_from_dict(yaml.safe_load(spec_path.read_text()), where=spec_path.name)
@@ -283,7 +283,7 @@ def calibrate(model: str = "deepseek_v2_lite", device: str = "cpu", threads: int
                   else "float32", "host": socket.gethostname(), "torch": torch.__version__,
                   "h2d_is_host_copy": not device.startswith("cuda"),
                   "wall_s": time.perf_counter() - t0, "profile": profile})
-    base = Path(out_dir) if out_dir else PROJECT_ROOT / "results" / "calibration" / host
+    base = Path(out_dir) if out_dir else Path.cwd() / "results" / "calibration" / host
     folder = base / "hardware"
     yaml_path, json_path = folder / f"{name}.yaml", folder / f"{name}.sweep.json"
     head = (f"# Calibrated by `moebench calibrate` on {socket.gethostname()} ({device}, "

@@ -19,7 +19,6 @@ import time
 from pathlib import Path
 
 from core.atomic import write_json
-from core.paths import PROJECT_ROOT
 from harness.live.record import RecordConfig, load_model, load_texts, parse_args, token_ids
 
 INSTALL_HINT = "pip install 'moe-offload-bench[deepspeed]' (meant for GPU machines)"
@@ -132,7 +131,7 @@ def run_reference(cfg: RecordConfig) -> dict:
 def write_row(row: dict, out_dir: str | os.PathLike | None = None) -> Path:
     """results/deepspeed_ref/<model>/result.json, written atomically."""
     slug = row["model"]["name"].replace("/", "_").replace(":", "-")
-    folder = Path(out_dir) if out_dir else PROJECT_ROOT / "results" / "deepspeed_ref" / slug
+    folder = Path(out_dir) if out_dir else Path.cwd() / "results" / "deepspeed_ref" / slug
     return write_json(folder / "result.json", row)
 
 

@@ -26,7 +26,7 @@ from urllib.parse import urlparse
 import numpy as np
 import yaml
 
-from core.paths import PROJECT_ROOT
+from core.paths import CONF_DIR
 from core.trace import Trace, write_trace
 from harness.live.record_routing import RoutingTap, assemble, reuse_lag1, run_request
 
@@ -88,7 +88,7 @@ def load_model(cfg: RecordConfig):
     else:
         from core.specs import model_spec_from_dict
 
-        path = PROJECT_ROOT / "conf" / "model" / f"{cfg.model}.yaml"
+        path = CONF_DIR / "model" / f"{cfg.model}.yaml"
         if not path.exists():
             raise SystemExit(f"moebench record: no model spec {path}")
         spec = model_spec_from_dict(yaml.safe_load(path.read_text()), where=path.name)
@@ -224,7 +224,7 @@ def record(cfg: RecordConfig) -> dict:
     tr.meta["reuse_lag1"] = round(reuse_lag1(tr), 4)
     tr.meta["reuse_lag1_decode"] = round(reuse_lag1(tr, "decode"), 4)
     embed_note = _add_embeddings(tr, prompts) if cfg.embed else "not asked (embed=false)"
-    out = Path(cfg.out or PROJECT_ROOT / "results" / "traces" / _default_name(cfg, source))
+    out = Path(cfg.out or Path.cwd() / "results" / "traces" / _default_name(cfg, source))
     out.parent.mkdir(parents=True, exist_ok=True)
     sha = write_trace(tr, out)
     return {"path": out, "sha256": sha, "bytes": out.stat().st_size, "trace": tr,

@@ -18,7 +18,7 @@ import numpy as np
 import yaml
 
 from core.atomic import write_json
-from core.paths import PROJECT_ROOT
+from core.paths import CONF_DIR
 from core.specs import hardware_spec_from_dict, model_spec_from_dict
 from core.targets import build_target
 from harness.runner.config import compose_config
@@ -144,7 +144,7 @@ def main(argv: list[str]) -> int:
     hw = hardware_spec_from_dict(hw_data, where=args.hardware)
     dtype = getattr(torch, args.dtype)
     bits = 16 if dtype == torch.bfloat16 else 32
-    spec_data = yaml.safe_load((PROJECT_ROOT / "conf" / "model" / f"{args.model}.yaml")
+    spec_data = yaml.safe_load((CONF_DIR / "model" / f"{args.model}.yaml")
                                .read_text())
     spec = reduced_spec(spec_data, args.num_moe_layers, bits, args.scale, args.vocab_size)
     base = [f"model={args.model}", f"workload.num_requests={args.requests}",

@@ -2,18 +2,22 @@
 
 from __future__ import annotations
 
-from core.paths import PROJECT_ROOT
+from pathlib import Path
+
+from core.paths import CONF_DIR
 
 
 def compose_config(overrides: list[str], run_name: str = "run",
                    results_dir: str | None = None) -> dict:
-    """The resolved config dict `moebench <overrides>` would run (run_name/results_dir fixed)."""
+    """The resolved config dict `moebench <overrides>` would run (run_name/results_dir fixed).
+    results_dir defaults to results/ under the working directory, where the command line
+    writes too (conf/config.yaml), never beside an installed copy's packages."""
     from hydra import compose, initialize_config_dir
     from omegaconf import OmegaConf
 
     extra = [f"run_name={run_name}",
-             f"results_dir={results_dir or PROJECT_ROOT / 'results'}"]
-    with initialize_config_dir(config_dir=str(PROJECT_ROOT / "conf"), version_base="1.3"):
+             f"results_dir={results_dir or Path.cwd() / 'results'}"]
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         cfg = compose(config_name="config", overrides=[*overrides, *extra])
     return OmegaConf.to_container(cfg, resolve=True)
 
@@ -29,5 +33,5 @@ TABLE1_GLOB = f"glob(*,exclude=[{','.join(NOT_IN_TABLE1)}])"
 def system_names() -> list[str]:
     """The named systems (Table 1's rows, `oracle` included): conf/system/*.yaml less
     NOT_IN_TABLE1."""
-    return sorted(p.stem for p in (PROJECT_ROOT / "conf" / "system").glob("*.yaml")
+    return sorted(p.stem for p in (CONF_DIR / "system").glob("*.yaml")
                   if p.stem not in NOT_IN_TABLE1)

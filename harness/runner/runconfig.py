@@ -16,7 +16,7 @@ from pathlib import Path
 import yaml
 
 from core import checks
-from core.paths import PROJECT_ROOT
+from core.paths import CONF_DIR
 from core.specs import SpecError
 from harness.runner.logger import check_logger
 from harness.runner.store import run_dir_of
@@ -30,7 +30,7 @@ REPORTING_GROUPS = ("logger",)
 @lru_cache(maxsize=1)
 def known_keys() -> frozenset[str]:
     """Top-level keys of conf/config.yaml plus the config groups."""
-    data = yaml.safe_load((PROJECT_ROOT / "conf" / "config.yaml").read_text())
+    data = yaml.safe_load((CONF_DIR / "config.yaml").read_text())
     return (frozenset(k for k in data if k not in ("defaults", "hydra")) | set(GROUPS)
             | set(REPORTING_GROUPS))
 

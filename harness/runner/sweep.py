@@ -41,7 +41,7 @@ from harness.runner.guard import JobTimeout, blas_threads, watchdog
 from harness.runner.logger import log_run
 from harness.runner.parent import ENV as PARENT_ENV
 from harness.runner.parent import watch_parent
-from harness.runner.provenance import code_version, environment, run_id
+from harness.runner.provenance import code_identity, code_known, code_version, environment, run_id
 from harness.runner.results import ALWAYS_TABLES, complete_run, config_hash, failure_record
 from harness.runner.runconfig import check_run_config
 from harness.runner.store import LockHeld, RunLock, commit, run_dir_of
@@ -65,7 +65,8 @@ def _file_trace_sha(cfg: dict, split: str) -> str | None:
 
 def complete_record(cfg: dict) -> tuple[bool, str]:
     """(True, why) when the run folder holds a complete record of this very run: the same
-    config hash and code version (git sha and the digest of uncommitted changes), a complete
+    config hash and code version (provenance.code_identity: the git sha and the digest of
+    uncommitted changes, or an installed copy's version and source digest), a complete
     status, its tables, and the same trace. A synthetic trace is a function of the config
     and the code, so the two keys fix its sha without rebuilding it (a Table 1 trace takes
     seconds to generate); a trace file (`routing`, `calibration_routing`) can change under
@@ -80,9 +81,9 @@ def complete_record(cfg: dict) -> tuple[bool, str]:
     if old.get("config_sha256") != config_hash(cfg):
         return False, "another config"
     code, was = code_version(), old.get("git") or {}
-    if code["sha"] is None:
-        return False, "code version unknown (not a git checkout)"
-    if (was.get("sha"), was.get("dirty_sha256")) != (code["sha"], code["dirty_sha256"]):
+    if not code_known(code):
+        return False, "code version unknown (neither a git checkout nor an installed copy)"
+    if code_identity(was) != code_identity(code):
         return False, "another code version"
     if old["status"] == "valid":
         wanted = (*ALWAYS_TABLES, "accesses") if cfg.get("save_rows", True) else ALWAYS_TABLES

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from core.paths import PROJECT_ROOT
+from core.paths import CONF_DIR
 
 
 def _group_options(group: str) -> list[str]:
     """The options of a config group: conf/<group>/*.yaml (system/evictor: a nested group)."""
-    return sorted(p.stem for p in (PROJECT_ROOT / "conf" / group).glob("*.yaml"))
+    return sorted(p.stem for p in (CONF_DIR / group).glob("*.yaml"))
 
 
 def sweep_size(task_overrides: list[str]) -> int | None:

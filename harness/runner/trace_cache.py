@@ -16,10 +16,11 @@ read-only or full disk) gives one warning and an uncached run.
 The key is the sha256 of the generator config (what load_routing memoizes in memory: model
 name, expert bits, the workload dict with its split, seed and request count), the whole model
 spec (an override of a model field under the same model name must not find the other
-model's trace) and the code version (harness/runner/provenance.py: HEAD plus a digest of the
-uncommitted changes; outside a git checkout, the project version plus a digest of the
-generator's source, core/ and workloads/). Any code change is a new key: a stale trace is
-never read, at the price of regenerating after an unrelated edit.
+model's trace) and the code version, the same identity as a run's (harness/runner/
+provenance.py, code_identity: HEAD plus a digest of the uncommitted changes; outside a git
+checkout, the installed version plus a digest of every source file and config). Any code
+change is a new key: a stale trace is never read, at the price of regenerating after an
+unrelated edit.
 
 A miss takes the key's lock, looks again (another job may have just written it), generates,
 and writes atomically (core/trace.write_trace: hidden temporary sibling, then one rename), so
@@ -43,12 +44,10 @@ import shutil
 import sys
 from collections.abc import Callable
 from functools import lru_cache
-from importlib import metadata
 from pathlib import Path
 
-from core.paths import PROJECT_ROOT
 from core.trace import Trace, TraceError, read_trace, write_trace
-from harness.runner.provenance import code_version
+from harness.runner.provenance import code_identity, code_version
 from harness.runner.results import canonical_json
 
 # The file that marks a version folder as the cache's own; only marked folders are pruned
@@ -62,19 +61,7 @@ _GENERATED_SOURCE = next(f.default for f in dataclasses.fields(Trace) if f.name 
 @lru_cache(maxsize=1)
 def code_key() -> str:
     """The code version part of the key, once per process (a sweep's job runs one code)."""
-    code = code_version()
-    if code.get("sha"):
-        return f"git:{code['sha']}:{code.get('dirty_sha256')}"
-    try:
-        version = metadata.version("moe-offload-bench")
-    except metadata.PackageNotFoundError:
-        version = "unknown"
-    h = hashlib.sha256()
-    for folder in ("core", "workloads"):  # what generate_trace runs
-        for path in sorted((PROJECT_ROOT / folder).rglob("*.py")):
-            h.update(f"\0{path.relative_to(PROJECT_ROOT)}\0".encode())
-            h.update(path.read_bytes())
-    return f"version:{version}:{h.hexdigest()}"
+    return code_identity(code_version())
 
 
 def cache_key(generator_key: str, model) -> str:
