@@ -1,6 +1,7 @@
 """The runner's memory estimate (harness/runner/footprint.py): trace sizes against generated
 traces' own array sizes, sizes and accesses by hand, the refusal naming its key (through
-check_fits and through the CLI, results folder untouched)."""
+check_fits and through the CLI, results folder untouched), and one run's estimate against its
+peak RSS measured in a child process."""
 
 from __future__ import annotations
 
@@ -162,3 +163,12 @@ def test_cli_refuses_before_generating_and_writes_nothing(tmp_path, override, ke
     assert "available (MemAvailable)" in done.stderr and "Traceback" not in done.stderr
     assert _snapshot(tmp_path) == before
 
+
+def test_estimate_is_within_30_percent_of_a_measured_run():
+    """100 requests of the Table 1 setting under lru, run in a fresh child (about 4 s)."""
+    from harness.bench.memory import TOLERANCE, estimate_bytes, measure_peak
+
+    overrides = ("experiment=table1", "system=lru", "workload.num_requests=100")
+    got = measure_peak(overrides)
+    assert got["status"] == "valid"
+    assert abs(estimate_bytes(overrides)["bytes"] / got["peak_bytes"] - 1) <= TOLERANCE == 0.30

@@ -12,7 +12,8 @@ libraries (GENERATOR_BASE_BYTES while generating, BASE_BYTES while replaying):
 
 Trace sizes: harness/runner/footprint_sizes.py (a trace file: its declared array sizes,
 core.trace_file.declared_arrays, nothing decompressed). The constants, and the measured peaks
-they were fitted to: docs/engine.md, "Memory footprint".
+they were fitted to: docs/engine.md, "Memory footprint"; `moebench bench-memory`
+(harness/bench/memory.py) measures three settings again against their estimates.
 """
 
 from __future__ import annotations
