@@ -19,7 +19,7 @@ TORCH_PIP ?= torch==2.13.0
 PIP := $(PY) -m pip install --quiet --disable-pip-version-check
 
 .PHONY: reproduce-table1 reproduce-zoo reproduce-all figures audit-prefetch test fault-matrix \
-	lint bench-sim bench-policies bench-behaviour bench-backend clean-results
+	lint bench-sim bench-policies bench-behaviour bench-backend bench-memory clean-results
 
 # setup.py compiles the engine's fast core (harness/sim/fast_*.pyx) and the policies' optional
 # kernels (systems/*.pyx) in place: edits rebuild them.
@@ -110,6 +110,11 @@ bench-behaviour: $(STAMP)
 # Needs the torch extra (CPU wheels are fine); installed with the test environment.
 bench-backend: $(TEST_STAMP)
 	$(MOEBENCH) bench-backend
+
+# The runner's memory estimate (harness/runner/footprint.py) against the measured peak RSS of
+# three runs, each in a fresh child; exits 1 when one is outside +-30 %.
+bench-memory: $(STAMP)
+	$(MOEBENCH) bench-memory --json results/bench_memory.json
 
 clean-results:
 	find results -mindepth 1 -maxdepth 1 -not -name README.md -exec rm -rf {} +

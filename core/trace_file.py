@@ -74,7 +74,24 @@ class _Members:
         self.left -= info.file_size
         return arr
 
-    def _array(self, field: str, info: zipfile.ZipInfo, fh) -> np.ndarray:
+    def declared(self, field: str) -> tuple[tuple[int, ...], np.dtype] | None:
+        """(shape, dtype) of a member from its .npy header alone, checked as `read` checks
+        it; nothing past the header is decompressed, and the budget is not charged."""
+        info = self.info.get(field)
+        if info is None:
+            return None
+        try:
+            with self.zf.open(info) as fh:
+                shape, _, dtype = self._npy_header(field, info, fh)
+        except TraceError:
+            raise
+        except _UNREADABLE as exc:
+            raise self._error(field, f"not a readable .npy member ({exc})") from exc
+        return shape, dtype
+
+    def _npy_header(self, field: str, info: zipfile.ZipInfo, fh):
+        """(shape, fortran order, dtype) of the member open in `fh`, which is left at the
+        first data byte; a plain dtype, and shape x itemsize + header = the member's size."""
         version = np.lib.format.read_magic(fh)
         if version == (1, 0):
             shape, fortran, dtype = np.lib.format.read_array_header_1_0(fh)
@@ -84,11 +101,16 @@ class _Members:
             raise self._error(field, f".npy format version {version} is not read")
         if dtype.kind not in "biuf" or dtype.fields is not None or dtype.subdtype is not None:
             raise self._error(field, f"dtype {dtype} is not a plain bool, integer or float")
-        count = int(np.prod(shape, dtype=object))
-        nbytes = count * dtype.itemsize
+        nbytes = int(np.prod(shape, dtype=object)) * dtype.itemsize
         if fh.tell() + nbytes != info.file_size:
             raise self._error(field, f"shape {shape} of {dtype} does not match the member's "
                                      f"size ({info.file_size} bytes)")
+        return shape, fortran, dtype
+
+    def _array(self, field: str, info: zipfile.ZipInfo, fh) -> np.ndarray:
+        shape, fortran, dtype = self._npy_header(field, info, fh)
+        count = int(np.prod(shape, dtype=object))
+        nbytes = count * dtype.itemsize
         arr = np.empty(count, dtype)
         buf, got = arr.view(np.uint8), 0
         while got < nbytes:
@@ -134,14 +156,35 @@ def _header(raw: np.ndarray, name: str) -> tuple[dict, dict]:
     return meta, reqs
 
 
+def declared_arrays(path: str | os.PathLike) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
+    """{member: (shape, dtype)} of the format's arrays and header_json in a trace file, from
+    their .npy headers alone: what read_trace_file would allocate, known before it does
+    (harness/runner/footprint.py). The same checks and messages as read_trace_file's."""
+    path = os.fspath(path)
+    name = os.path.basename(path)
+    try:
+        with open(path, "rb") as fh, zipfile.ZipFile(fh) as zf:
+            members = _Members(zf, name, _budget_bytes(fh))
+            return {f: members.declared(f) for f in (*ARRAY_FIELDS, "header_json")
+                    if f in members.info}
+    except TraceError:
+        raise
+    except _UNREADABLE as exc:
+        raise TraceError(f"{name}: not a readable trace file ({exc})") from exc
+
+
+def _budget_bytes(fh) -> int:
+    """What the reader decompresses at most for the open file `fh` (module docstring)."""
+    return READ_FLOOR_BYTES + READ_EXPANSION * os.fstat(fh.fileno()).st_size
+
+
 def read_trace_file(path: str | os.PathLike) -> Trace:
     """Read, check version and checksum, validate. Errors name the file."""
     path = os.fspath(path)
     name = os.path.basename(path)
     try:
         with open(path, "rb") as fh, zipfile.ZipFile(fh) as zf:
-            budget = READ_FLOOR_BYTES + READ_EXPANSION * os.fstat(fh.fileno()).st_size
-            members = _Members(zf, name, budget)
+            members = _Members(zf, name, _budget_bytes(fh))
             if "header_json" not in members.info:
                 raise TraceError(f"{name}: field 'header_json' missing; not a trace v1 file")
             meta, reqs = _header(members.read("header_json"), name)

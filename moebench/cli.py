@@ -16,6 +16,7 @@
   moebench bench-policies           decision overhead of moe_infinity, fmoe and diff_moe
   moebench bench-behaviour          miss rate and throughput by batch size (simulated)
   moebench bench-backend            tokens/s: transformers vs TorchBackend (small model)
+  moebench bench-memory             the runner's memory estimate vs measured peak RSS
   moebench validate                 simulated vs real per-token TPOT and stall error
   moebench characterize FILE        routing statistics (markdown + PNG), docs/routing.md
   moebench import-routing IN OUT    per-token routing (JSONL/CSV) -> trace v1
@@ -140,6 +141,7 @@ SUBCOMMANDS = {
     "bench-policies": "harness.bench.policies",
     "bench-behaviour": "harness.bench.behaviour",
     "bench-backend": "harness.bench.backend",
+    "bench-memory": "harness.bench.memory",
     "validate": "harness.live.validate",
     "record": "harness.live.record",
     "calibrate": "harness.live.calibrate",

@@ -50,6 +50,14 @@ from workloads.import_fields import (
 )
 
 GAPS = ("error", "drop")  # what to do with a (layer, position) that has no record
+# A request's dense arrays [L, T, k] (T = its largest position + 1; ids int64, weights float32)
+# may hold at most this many (layer, position) cells per record of it that the file holds:
+# a record fills one cell, so a complete recording fills them all (gaps='error' needs that;
+# the Mixtral sample fills 97 %), and 16 still lets gaps='drop' keep a recording of every
+# 16th position. It bounds the arrays by the file's own size, at 16 x 12 x k bytes a record
+# (a record is at least ~8 bytes of CSV or ~40 of JSON), so a position of 10**12 in a small
+# file is an error at its line, not a 466 TiB allocation.
+MAX_CELLS_PER_RECORD = 16
 
 
 @dataclass
@@ -154,7 +162,8 @@ def _records(path: Path, records, duplicates: str,
         w = weight_list(w, where) if w not in (None, "") else None
         if w is not None and len(w) != k:
             raise RoutingImportError(f"{where}: field 'weights': {len(w)} values, expected {k}")
-        req = table.setdefault(rid, {"tokens": {}, "prompt": prompt_field(rec, where)})
+        req = table.setdefault(rid, {"tokens": {}, "prompt": prompt_field(rec, where),
+                                     "last": (-1, line)})  # (largest position, its line)
         key = (layer, pos)
         if key in req["tokens"]:
             if duplicates == "error":
@@ -168,11 +177,14 @@ def _records(path: Path, records, duplicates: str,
                 f"{weighted[0]} has {'none' if w is not None else 'them'} (give weights on "
                 "every record or on none)")
         req["tokens"][key] = (experts, w)
+        req["last"] = max(req["last"], (pos, line))
         layers.add(layer)
     layer_index = {lay: i for i, lay in enumerate(sorted(layers))}
+    for rid, req in table.items():  # every request's arrays bounded before any is allocated
+        _check_cells(path, rid, req, len(layer_index))
     out = []
     for rid, req in table.items():
-        T = 1 + max(p for _, p in req["tokens"])
+        T = 1 + req["last"][0]
         ids = np.full((len(layer_index), T, k), -1, np.int64)
         wts = np.full((len(layer_index), T, k), np.nan, np.float32)
         for (layer, pos), (experts, w) in req["tokens"].items():
@@ -183,6 +195,20 @@ def _records(path: Path, records, duplicates: str,
         out.append(RoutedRequest(id=rid, ids=ids, weights=wts if has_w else None,
                                  prompt=req["prompt"]))
     return out
+
+
+def _check_cells(path: Path, rid: str, req: dict, num_layers: int) -> None:
+    """The request's [num_layers, T, k] arrays hold at most MAX_CELLS_PER_RECORD cells per
+    record it has in the file; else an error at the line of its largest position."""
+    pos, line = req["last"]
+    records = len(req["tokens"])
+    most = MAX_CELLS_PER_RECORD * records // num_layers  # positions T the records allow
+    if pos + 1 > most:
+        raise RoutingImportError(
+            f"{path.name}:{line}: field 'position': {pos} is beyond what the file describes: "
+            f"request {rid!r} has {records} records over {num_layers} layers, which allow "
+            f"positions below {most} ({MAX_CELLS_PER_RECORD} (layer, position) cells per "
+            "record; a complete recording has one record per layer and position)")
 
 
 def to_trace(requests: list[RoutedRequest], shape: dict, source: str, decode_tokens: int = 0,

@@ -3,9 +3,30 @@ and a heap trimmed between repeated runs (harness/bench/sim.py)."""
 
 from __future__ import annotations
 
+import os
 import resource
+import subprocess
+import sys
 import time
 from pathlib import Path
+
+# One BLAS thread in every bench child: the figures compare within one run
+BLAS_ENV = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+
+
+def run_child(module: str, args: list[str]) -> subprocess.CompletedProcess:
+    """`python -m MODULE ARGS` in the caller's working directory (an installed copy's folder
+    is no place to run in), importing this process's code: -P keeps the working directory
+    off the child's sys.path, and a checkout's root goes first on PYTHONPATH (an installed
+    copy's packages are on sys.path already). BLAS pinned to one thread."""
+    from core.paths import PROJECT_ROOT, in_checkout
+
+    env = {**os.environ, **BLAS_ENV}
+    if in_checkout():
+        env["PYTHONPATH"] = os.pathsep.join(
+            p for p in (str(PROJECT_ROOT), os.environ.get("PYTHONPATH")) if p)
+    return subprocess.run([sys.executable, "-P", "-m", module, *args], env=env,
+                          capture_output=True, text=True)
 
 
 def peak_rss_mb() -> float:

@@ -28,32 +28,16 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
+from harness.bench.process import BLAS_ENV, run_child
 from harness.bench.sim_child import MAX_RUNS, child
 from harness.bench.sim_targets import TABLE1_SYSTEMS, checks, time_table1
 
 LABEL = "SIMULATED engine timing on synthetic routing"
-BLAS_ENV = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 # (JSON key suffix, requests (None: --requests), max_batch)
 SETTINGS = (("", None, 1), ("_1000_requests", 1000, 1), ("_batch32", None, 32))
-
-
-def _run_child(args: list[str]) -> subprocess.CompletedProcess:
-    """`python -m harness.bench.sim ARGS` in the caller's working directory (an installed
-    copy's folder is no place to run in), importing this process's code: -P keeps the working
-    directory off the child's sys.path, and a checkout's root goes first on PYTHONPATH (an
-    installed copy's packages are on sys.path already)."""
-    from core.paths import PROJECT_ROOT, in_checkout
-
-    env = {**os.environ, **BLAS_ENV}
-    if in_checkout():
-        env["PYTHONPATH"] = os.pathsep.join(
-            p for p in (str(PROJECT_ROOT), os.environ.get("PYTHONPATH")) if p)
-    return subprocess.run([sys.executable, "-P", "-m", "harness.bench.sim", *args], env=env,
-                          capture_output=True, text=True)
 
 
 def _spawn(system: str, requests: int, batch: int, repeats: int, min_cpu_s: float,
@@ -64,7 +48,7 @@ def _spawn(system: str, requests: int, batch: int, repeats: int, min_cpu_s: floa
         cmd.append("--check")
     if base is not None:
         cmd += ["--base", f"{base[0]},{base[1]}"]
-    p = _run_child(cmd)
+    p = run_child("harness.bench.sim", cmd)
     if p.returncode != 0:
         return {"system": system, "status": "failed", "error": p.stderr.strip()[-2000:]}
     return json.loads(p.stdout.strip().splitlines()[-1])
@@ -74,7 +58,8 @@ def _cost(requests: int, repeats: int) -> dict:
     """The engine cost model (harness/bench/engine_cost.py) in a fresh child; printed."""
     print(f"\nengine cost model (on_demand, {requests} requests, batch 1/4/16, three budgets; "
           "least squares; microseconds of CPU):")
-    p = _run_child(["--cost-child", "--requests", str(requests), "--repeats", str(repeats)])
+    p = run_child("harness.bench.sim", ["--cost-child", "--requests", str(requests),
+                                        "--repeats", str(repeats)])
     if p.returncode != 0:
         print(f"  FAILED\n{p.stderr.strip()[-2000:]}", file=sys.stderr)
         return {"status": "failed", "error": p.stderr.strip()[-2000:]}

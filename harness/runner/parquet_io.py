@@ -13,7 +13,7 @@ A coding is used only when the write checks that reading it back gives the same 
 difference of two close floats is exact, so times in order code exactly); otherwise the
 column is stored raw. Differences of times in order repeat (a copy or an expert call takes
 a fixed time), so dictionary encoding + zstd keeps a Table 1 run under 10 MB instead of 58.
-Rows are written in row groups of _GROUP, coded group by group, so writing holds one group's
+Rows are written in row groups of ROW_GROUP, coded group by group, so writing holds one group's
 arrow copy at a time.
 """
 
@@ -34,7 +34,7 @@ from harness.sim.tables import (
 )
 
 PARQUET_SCHEMA_VERSION = "2.0"
-_GROUP = 1 << 20  # rows per row group
+ROW_GROUP = 1 << 20  # rows per row group
 # Preferred coding per float column of the stored tables (others are raw).
 CODINGS = {
     "accesses": {"start_ms": "delta", "need_ms": "base:start_ms"},
@@ -73,8 +73,8 @@ def _codings(name: str, cols: dict) -> dict[str, str]:
     got = {}
     for col, coding in CODINGS[name].items():
         x, ok, carry = cols[col], True, 0.0
-        for lo in range(0, len(x), _GROUP):
-            hi = min(lo + _GROUP, len(x))
+        for lo in range(0, len(x), ROW_GROUP):
+            hi = min(lo + ROW_GROUP, len(x))
             coded = _code(x, coding, cols, lo, hi)
             if coding == "delta":  # the running sum continued from the previous group
                 coded[0] += carry
@@ -115,16 +115,16 @@ def write_table(name: str, cols: dict, path: Path, run_id: str, request_ids: lis
             arrays[col] = pa.array(_code(cols[col], codings.get(col, "raw"), cols, lo, hi))
         return pa.table(arrays).replace_schema_metadata(meta)
 
-    first = group(0, min(n, _GROUP))
+    first = group(0, min(n, ROW_GROUP))
     plain = [c for c in _PLAIN if c in names]
     with pq.ParquetWriter(path, first.schema, compression="zstd",
                           use_dictionary=[c for c in first.column_names if c not in plain],
                           column_encoding={c: "PLAIN" if c == "evict_ms" else
                                            "DELTA_BINARY_PACKED" for c in plain}) as writer:
-        writer.write_table(first, row_group_size=_GROUP)
+        writer.write_table(first, row_group_size=ROW_GROUP)
         del first
-        for lo in range(_GROUP, n, _GROUP):
-            writer.write_table(group(lo, min(n, lo + _GROUP)), row_group_size=_GROUP)
+        for lo in range(ROW_GROUP, n, ROW_GROUP):
+            writer.write_table(group(lo, min(n, lo + ROW_GROUP)), row_group_size=ROW_GROUP)
 
 
 def write_tables(run_dir: Path, stored: dict, run_id: str, request_ids: list[str] | None,

@@ -14,6 +14,7 @@ from core.specs import SpecError, hardware_spec_from_dict, model_spec_from_dict
 from core.targets import build_target
 from core.trace import PROJECTABLE, Trace, TraceError, read_trace
 from harness.runner.floor import compute_floor_ms, headroom
+from harness.runner.footprint import check_fits
 from harness.runner.provenance import code_version, environment, run_id
 from harness.runner.results import (
     RESULT_SCHEMA_VERSION,
@@ -147,6 +148,7 @@ def run_config(cfg: dict) -> dict:
     hw = hardware_spec_from_dict(cfg["hardware"], "hardware")
     system = build_target(cfg["system"], "system", System)
     max_batch = cfg["max_batch"]
+    check_fits(cfg, model, system)  # a run that cannot fit is refused before its trace exists
     trace = _check_shape(load_routing(cfg, model, "measure", fields=system.uses_fields), model)
     max_ctx = int(np.max(trace.prompt_len.astype(np.int64) + trace.output_len))
     plan = plan_memory(model, hw, max_ctx, max_batch, cfg.get("expert_cache_gb"))
