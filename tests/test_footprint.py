@@ -115,6 +115,7 @@ def test_file_sizes_are_its_declared_arrays(tmp_path):
     assert (size.requests, size.blocks, size.accesses) == (4, 4 * 26, 4 * 26 * 6)
 
 
+@pytest.mark.fault
 @pytest.mark.parametrize("overrides, message", [
     (("workload.num_requests=10000000",),
      r"^workload\.num_requests: 10000000 requests need about \d+\.?\d* TiB .*trace "),
@@ -145,6 +146,7 @@ def _snapshot(root: Path) -> dict:
             for p in sorted(root.rglob("*"))}
 
 
+@pytest.mark.fault
 @pytest.mark.parametrize("override, key", [("workload.num_requests=10000000",
                                             "workload.num_requests: 10000000 requests"),
                                            ("+workload.embed_dim=1000000000",

@@ -39,6 +39,7 @@ def test_the_bound_by_hand(tmp_path):
         read_routing(_write(tmp_path / "bad.jsonl", [*base, _rec(24, 0)]))
 
 
+@pytest.mark.fault
 def test_refused_before_any_array_is_allocated(tmp_path, monkeypatch):
     """A good request first, the far position in the second: no request's arrays exist."""
     made = []
@@ -54,6 +55,7 @@ def test_refused_before_any_array_is_allocated(tmp_path, monkeypatch):
     assert made == []
 
 
+@pytest.mark.fault
 def test_cli_exits_2_naming_file_line_and_field(tmp_path):
     """Position 0 at 10 layers, then 10**12 at one: under 1 KB of JSONL."""
     src = _write(tmp_path / "in.jsonl", [_rec(0, lay, k=6) for lay in range(10)]
