@@ -29,24 +29,34 @@ def run_child(module: str, args: list[str]) -> subprocess.CompletedProcess:
                           capture_output=True, text=True)
 
 
-def peak_rss_mb() -> float:
-    """Peak RSS of this process since start, or since the last `reset_peak()` (MiB)."""
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
-
-
-def current_rss_mb() -> float | None:
-    """RSS of this process now (MiB; Linux /proc), None where it cannot be read."""
+def _status_mb(field: str) -> float | None:
+    """A memory line of /proc/self/status (Linux) in MiB, None where it cannot be read."""
     try:
         for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
+            if line.startswith(f"{field}:"):
+                return int(line.split()[1]) / 1024  # kB
     except OSError:
         pass
     return None
 
 
+def peak_rss_mb() -> float:
+    """Peak RSS of this process since its exec, or since the last `reset_peak()` (MiB).
+
+    VmHWM, not getrusage's ru_maxrss: a child that Python starts with vfork inherits the
+    parent's high-water mark in ru_maxrss across exec (a child of a 900 MB pytest worker
+    reported 900 MB for a 280 MB run); ru_maxrss only where /proc is missing."""
+    hwm = _status_mb("VmHWM")
+    return hwm if hwm is not None else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def current_rss_mb() -> float | None:
+    """RSS of this process now (MiB; Linux /proc), None where it cannot be read."""
+    return _status_mb("VmRSS")
+
+
 def reset_peak() -> bool:
-    """Reset the peak to the current RSS (Linux: clear_refs 5, which ru_maxrss follows), so
+    """Reset the peak to the current RSS (Linux: clear_refs 5 resets VmHWM), so
     the engine's own peak is seen under trace generation's; False where not possible (the
     peaks are then cumulative)."""
     try:
