@@ -199,3 +199,18 @@ def test_reproduce_reports_a_sweep_that_started_no_run(tmp_path, monkeypatch, ca
     assert "the sweep stopped before any run started" in err
     assert "some runs failed" not in err
     assert os.path.isdir(tmp_path / "r") is False or not list((tmp_path / "r").rglob("*.json"))
+
+
+def test_fresh_deletes_only_the_folders_it_writes(tmp_path, monkeypatch):
+    from analysis.repro import suite
+
+    results = tmp_path / "r"
+    mine = results / "table1-workload.num_requests=2"
+    for folder in (mine, results / "table1_real-workload.num_requests=2", results / "table1",
+                   results / "zoo"):
+        folder.mkdir(parents=True)
+        (folder / "keep.txt").write_text("x")
+    monkeypatch.setattr(suite, "_sweep", lambda *a: None)  # no run: only the deletion counts
+    monkeypatch.setenv("MOEBENCH_SHARED_DATA", str(tmp_path / "absent"))
+    suite.reproduce("table1", 1, results, ["workload.num_requests=2"], fresh=True)
+    assert sorted(p.name for p in results.iterdir()) == ["table1", "zoo"]
