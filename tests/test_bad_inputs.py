@@ -127,6 +127,10 @@ IMPORTS = [
     _imp("in.jsonl", _jsonl(_rec(0, 0), _rec(0, 1)),
          r"in\.jsonl: request 'q': 2 layers of top-6; the model needs 26 MoE layers",
          "import-layer-count"),
+    Case("import-gzip-bomb", {"bomb.jsonl.gz": lambda path: path.write_bytes(
+        __import__("gzip").compress(b" " * 100 * 2**20, compresslevel=9))},
+         ("import-routing", "{dir}/bomb.jsonl.gz", "{results}/out.npz", "--model",
+          "deepseek_v2_lite"), r"bomb\.jsonl\.gz: inflates to more than \d+ bytes"),
 ]
 
 

@@ -70,10 +70,31 @@ class RoutedRequest:
     prompt: str | None = None
 
 
+# A gzip member may inflate to at most this much: JSONL routing compresses 5-20x (the shared
+# DeepSeek-V2-Lite sample: 9x), so a file that claims more is a bomb, refused before it fills
+# memory (the trace reader's own bound, core/trace_file.py, is 32x plus 64 MiB).
+GZIP_FLOOR_BYTES = 64 * 2**20
+GZIP_EXPANSION = 100
+
+
+def _gunzip(path: Path, raw: bytes) -> bytes:
+    """The decompressed bytes, read in pieces and refused past the bound above."""
+    limit = GZIP_FLOOR_BYTES + GZIP_EXPANSION * len(raw)
+    out = bytearray()
+    with gzip.GzipFile(fileobj=io.BytesIO(raw)) as fh:
+        while chunk := fh.read(2**20):
+            out += chunk
+            if len(out) > limit:
+                raise RoutingImportError(
+                    f"{path.name}: inflates to more than {limit} bytes ({GZIP_EXPANSION}x its "
+                    f"{len(raw)} bytes plus {GZIP_FLOOR_BYTES}); not a routing recording")
+    return bytes(out)
+
+
 def _open_text(path: Path):
     raw = path.read_bytes()
     if raw[:2] == b"\x1f\x8b":
-        raw = gzip.decompress(raw)
+        raw = _gunzip(path, raw)
     return raw, io.StringIO(raw.decode("utf-8"))
 
 
