@@ -1,8 +1,10 @@
-"""Small builders shared by the tests: tiny model specs, fixed-cost backends, random traces."""
+"""Small builders shared by the tests: tiny model specs, fixed-cost backends, random traces,
+and a folder's snapshot."""
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -145,3 +147,10 @@ def optimal_loads(seq: list[int], slots: int) -> int:
                 nxt[state] = min(c, nxt.get(state, 1 << 30))
         states = nxt
     return min(states.values())
+
+
+def snapshot(root: Path) -> dict[str, bytes | None]:
+    """Every file's bytes and every folder (None) under root: equal before and after means
+    nothing was written, replaced or removed there."""
+    return {p.relative_to(root).as_posix(): (p.read_bytes() if p.is_file() else None)
+            for p in sorted(Path(root).rglob("*"))}

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import rewrite_trace, set_array
+from helpers import rewrite_trace, set_array, snapshot
 
 import harness.runner.results as results_module
 import harness.runner.run as run_module
@@ -45,17 +45,12 @@ def _cfg(root: Path, *extra: str) -> dict:
                           run_name="r", results_dir=str(root))
 
 
-def _snapshot(folder: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(folder)): p.read_bytes()
-            for p in sorted(folder.rglob("*")) if p.is_file()}
-
-
 def _complete(root: Path) -> tuple[Path, dict]:
     """A complete run of the plain config in <root>/default/r, and its bytes."""
     out = run_job(_cfg(root), multirun=True, system_name="on_demand")
     assert out["status"] == "done", out
     run_dir = root / "default" / "r"
-    return run_dir, _snapshot(run_dir)
+    return run_dir, snapshot(run_dir)
 
 
 def _record(run_dir: Path) -> dict | None:
@@ -103,7 +98,7 @@ def test_a_failure_keeps_the_complete_run(tmp_path, monkeypatch, capsys, case_id
     err = capsys.readouterr().err
     assert out["status"] == "failed", out
     assert "kept the complete run" in err and str(run_dir) in err, err
-    assert _snapshot(run_dir) == before
+    assert snapshot(run_dir) == before
 
 
 @pytest.mark.parametrize("case_id,extra,setup,kind", FAILURES, ids=[f[0] for f in FAILURES])
@@ -126,7 +121,7 @@ def test_a_read_only_store_writes_nothing_and_says_why(tmp_path, monkeypatch, ca
     monkeypatch.setattr(results_module, "atomic_dir", read_only)
     out = run_job(_cfg(tmp_path), multirun=True, system_name="on_demand")
     assert out["status"] == "failed" and "Read-only file system" in out["reason"]
-    assert _snapshot(run_dir) == before
+    assert snapshot(run_dir) == before
     fresh = run_job(_cfg(tmp_path / "other"), multirun=True, system_name="on_demand")
     assert fresh["status"] == "failed" and "no failure record" in fresh["reason"]
     assert not (tmp_path / "other" / "default" / "r").exists()
@@ -153,7 +148,7 @@ def test_a_crafted_trace_keeps_the_run_of_its_path(tmp_path, craft, capsys):
                          results_dir=str(tmp_path))
     assert run_job(cfg, multirun=True, system_name="on_demand")["status"] == "done"
     run_dir = tmp_path / "default" / "r"
-    before = _snapshot(run_dir)
+    before = snapshot(run_dir)
     if craft == "deep-header":
         _deep_header(path)
     else:
@@ -162,10 +157,10 @@ def test_a_crafted_trace_keeps_the_run_of_its_path(tmp_path, craft, capsys):
     out = run_job(cfg, multirun=True, system_name="on_demand")
     assert out["status"] == "failed" and "TraceError" in out["reason"], out
     assert "Traceback" not in capsys.readouterr().err
-    assert _snapshot(run_dir) == before
+    assert snapshot(run_dir) == before
     with pytest.raises(TraceError, match="routing.npz"):  # a single run: the plain error
         run_job(cfg, multirun=False, system_name="on_demand")
-    assert _snapshot(run_dir) == before
+    assert snapshot(run_dir) == before
 
 
 # ---- a live writer holds the folder: the loser writes nothing -------------------------------
@@ -177,7 +172,7 @@ def test_losing_the_lock_writes_no_record(tmp_path, capsys, with_run):
         out = run_job(_cfg(tmp_path), multirun=True, system_name="on_demand")
     assert out["status"] == "failed" and "is writing this run folder" in out["reason"]
     assert "is writing this run folder" in capsys.readouterr().err
-    assert (_snapshot(run_dir) if run_dir.exists() else {}) == before
+    assert (snapshot(run_dir) if run_dir.exists() else {}) == before
 
 
 # ---- paths that must not fail the run -------------------------------------------------------

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import snapshot
 
 from core.specs import SpecError, model_spec_from_dict
 from core.targets import build_target
@@ -141,11 +142,6 @@ def test_table1_fits_and_a_trace_file_is_named(tmp_path):
         fp.check_fits(cfg, model, system, available=2**20)
 
 
-def _snapshot(root: Path) -> dict:
-    return {p.relative_to(root).as_posix(): p.read_bytes() if p.is_file() else None
-            for p in sorted(root.rglob("*"))}
-
-
 @pytest.mark.fault
 @pytest.mark.parametrize("override, key", [("workload.num_requests=10000000",
                                             "workload.num_requests: 10000000 requests"),
@@ -155,7 +151,7 @@ def test_cli_refuses_before_generating_and_writes_nothing(tmp_path, override, ke
     results = tmp_path / "results"
     (results / "earlier").mkdir(parents=True)
     (results / "earlier" / "result.json").write_text("{}\n")
-    before = _snapshot(tmp_path)
+    before = snapshot(tmp_path)
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     done = subprocess.run([sys.executable, "-m", "moebench.cli", override,
                            f"results_dir={results}", "trace_cache_dir=null", "progress=false"],
@@ -163,7 +159,7 @@ def test_cli_refuses_before_generating_and_writes_nothing(tmp_path, override, ke
     assert done.returncode == 2, done.stderr
     assert done.stderr.startswith(f"moebench: error: {key}"), done.stderr
     assert "available (MemAvailable)" in done.stderr and "Traceback" not in done.stderr
-    assert _snapshot(tmp_path) == before
+    assert snapshot(tmp_path) == before
 
 
 def test_estimate_is_within_30_percent_of_a_measured_run():

@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers import snapshot
 
 from analysis.runs import ReportError, collect
 from core.specs import SpecError, model_spec_from_dict
@@ -30,11 +31,6 @@ TINY = ["workload.num_requests=2", "workload.prompt_len=8", "workload.output_len
 def cli(args, cwd: Path, **kw):
     return subprocess.run([sys.executable, "-m", "moebench.cli", *args], cwd=cwd,
                           capture_output=True, text=True, timeout=240, **kw)
-
-
-def tree(folder: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(folder)): p.read_bytes()
-            for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
 # ---- 1. the trace cache removes only what it created ---------------------------------------
@@ -179,11 +175,11 @@ def test_import_routing_refuses_an_output_that_is_no_new_file(tmp_path, capsys, 
     src.write_text(json.dumps({"request_id": "q", "layer": 0, "token_pos": 0,
                                "experts": [0, 1, 2, 3, 4, 5]}) + "\n")
     out = tmp_path if target == "folder" else src
-    before = tree(tmp_path)
+    before = snapshot(tmp_path)
     assert import_routing([str(src), str(out), "--model", "deepseek_v2_lite"]) == 2
     err = capsys.readouterr().err
     assert ("is a folder" if target == "folder" else "is the input file") in err
-    assert tree(tmp_path) == before
+    assert snapshot(tmp_path) == before
 
 
 # ---- 8. the suite says when a sweep never started ------------------------------------------
