@@ -344,7 +344,7 @@ def check_output(source: str, output: str) -> None:
     out = Path(output)
     if out.is_dir():
         raise TraceError(f"{output}: is a folder; give the trace file to write (.npz)")
-    if out.exists() and Path(source).exists() and out.resolve() == Path(source).resolve():
+    if out.exists() and Path(source).exists() and out.samefile(source):  # links too
         raise TraceError(f"{output}: is the input file; writing it would replace the routing "
                          "being imported")
 

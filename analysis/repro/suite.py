@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 from analysis.repro.frame import checked_frame
-from analysis.repro.layout import experiment_frame, folders
+from analysis.repro.layout import folders, sweep_plan
 from analysis.repro.output import write_figure, write_table
 from analysis.repro.real import real_overrides
 from analysis.repro.registry import EXPERIMENTS, names
@@ -125,25 +125,23 @@ def report(name: str, results: Path, override: list[str] = (), *, allow_mixed: b
     for folder, real in zip(folders(name, list(override)), (False, True)):
         if real and not (results / folder).is_dir():
             continue
-        try:
-            runs = experiment_frame(name, results, override, real, allow_mixed=allow_mixed,
-                                    allow_partial=allow_partial)
-        except ReportError as exc:
-            print(f"report {name}: error: {exc}", file=sys.stderr)
-            status = 2
-            continue
-        write_report(name, results / folder, runs)
+        axes, count = sweep_plan(name, list(override), real)
+        status = max(status, report_folder(name, results / folder, axes=axes,
+                                           expected_count=count, allow_mixed=allow_mixed,
+                                           allow_partial=allow_partial))
     return status
 
 
 def report_folder(name: str, folder, *, axes: list[str] | None = None,
-                  allow_mixed: bool = False, allow_partial: bool = False) -> int:
-    """The experiment's report of the runs in one folder (`moebench table1 DIR`), checked as
-    every report is (analysis/runs.py): exit 2 and nothing written when the runs are mixed or
-    (without allow_partial) incomplete."""
+                  expected_count: int | None = None, allow_mixed: bool = False,
+                  allow_partial: bool = False) -> int:
+    """The experiment's report of the runs in one folder, checked as every report is
+    (analysis/runs.py): exit 2 and nothing written when the runs are mixed or (without
+    allow_partial) incomplete. `moebench table1 DIR` calls it with the folder's own
+    multirun.yaml (axes None); the suite with the experiment's sweep plan."""
     try:
         runs = checked_frame(Path(folder), axes=axes, allow_mixed=allow_mixed,
-                             allow_partial=allow_partial)
+                             allow_partial=allow_partial, expected_count=expected_count)
     except ReportError as exc:
         print(f"report {name}: error: {exc}", file=sys.stderr)
         return 2

@@ -42,7 +42,12 @@ from harness.runner.logger import log_run
 from harness.runner.parent import ENV as PARENT_ENV
 from harness.runner.parent import watch_parent
 from harness.runner.provenance import code_identity, code_known, code_version, environment, run_id
-from harness.runner.results import ALWAYS_TABLES, complete_run, config_hash, failure_record
+from harness.runner.results import (
+    ALWAYS_TABLES,
+    COMPLETE_STATUSES,
+    config_hash,
+    failure_record,
+)
 from harness.runner.runconfig import check_run_config
 from harness.runner.store import LockHeld, RunLock, commit, run_dir_of
 
@@ -76,7 +81,7 @@ def complete_record(cfg: dict) -> tuple[bool, str]:
         old = json.loads((run_dir / "result.json").read_text())
     except (OSError, ValueError):
         return False, "no readable result.json"
-    if complete_run(run_dir) is None:
+    if not isinstance(old, dict) or old.get("status") not in COMPLETE_STATUSES:
         return False, f"status {old.get('status') if isinstance(old, dict) else None}"
     if old.get("config_sha256") != config_hash(cfg):
         return False, "another config"
