@@ -16,7 +16,7 @@ from analysis.repro.layout import experiment_frame
 from analysis.repro.output import fmt
 from analysis.repro.real import real_size
 from analysis.repro.registry import EXPERIMENTS
-from analysis.repro.verdict import TOLERANCE, VERDICTS, ClaimRow, judge
+from analysis.repro.verdict import BAND, VERDICTS, ClaimRow, judge
 from analysis.runs import ReportError
 from core.atomic import write_text
 
@@ -76,7 +76,7 @@ def render(rows: list[ClaimRow]) -> tuple[str, str]:
           "to its baseline), orderings (best first) or locations on a sweep; "
           "`baseline_headroom` is the baseline's TPOT / compute floor in our setting, the most "
           "a perfect policy could gain. Verdicts (analysis/repro/verdict.py, fixed before any "
-          f"run): reproduced = within {TOLERANCE:.0%} on ratios or the same ordering; "
+          f"run): reproduced = within a factor {BAND} on ratios or the same ordering; "
           "direction only; not reproduced; not expressible.", "",
           "Totals: " + ", ".join(f"{v} {n}" for v, n in counts.items() if n) + ".", "",
           table.to_markdown(index=False, disable_numparse=True), ""]

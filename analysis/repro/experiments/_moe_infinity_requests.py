@@ -1,8 +1,6 @@
 """Per-request latency of a run and "requests to recover", for workload_shift.
 
-Per-request TPOT (ms): (time of the request's last token - time of its token 0) / (tokens - 1),
-the definition of docs/metrics.md `tpot_ms`, read from the run's tokens.parquet (written
-whether or not accesses.parquet is), in request (serving) order.
+Per-request TPOT (ms): analysis/repro/values.py, `request_tpot_ms`.
 
 Requests to recover, for a stream x_0 .. x_{n-1} of per-request TPOTs served one at a time
 (batch 1) after the EAM collection lost its relevant history:
@@ -16,31 +14,10 @@ Requests to recover, for a stream x_0 .. x_{n-1} of per-request TPOTs served one
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 import numpy as np
 
 WINDOW = 5  # requests per rolling window
-
-
-def run_dir(row: dict) -> Path:
-    """The run folder of a frame row (analysis/repro/frame.py): results_dir/experiment/run,
-    as the runner wrote it (a relative results_dir is relative to the checkout)."""
-    cfg = row["_result"]["config"]
-    return Path(cfg["results_dir"]) / str(cfg["experiment_name"]) / str(row["run"])
-
-
-def request_tpot_ms(path: Path) -> np.ndarray:
-    """float64 [requests with >= 2 tokens]: each request's TPOT in ms, in request order."""
-    import pyarrow.parquet as pq
-
-    tok = pq.read_table(Path(path) / "tokens.parquet",
-                        columns=["request", "token_index", "time_ms"]).to_pandas()
-    by = tok.groupby("request", sort=True)
-    n = by["token_index"].max()
-    span = by["time_ms"].max() - by["time_ms"].min()
-    keep = n >= 1
-    return (span[keep] / n[keep]).to_numpy(np.float64)
 
 
 def recovery(x) -> dict:

@@ -28,14 +28,10 @@ collection's history is worth at all on the same requests.
 from __future__ import annotations
 
 from analysis.repro.experiments._moe_infinity_paper import PAPER, TABLE3, TABLE3_MODELS
-from analysis.repro.experiments._moe_infinity_requests import (
-    WINDOW,
-    recovery,
-    request_tpot_ms,
-    run_dir,
-)
+from analysis.repro.experiments._moe_infinity_requests import WINDOW, recovery
 from analysis.repro.output import new_figure
 from analysis.repro.spec import Experiment, Sweep
+from analysis.repro.values import request_tpot_ms, run_dir
 from analysis.repro.verdict import ClaimRow
 
 SOURCE = f"{PAPER} Table 3 (requests to recover after a task shift)"
