@@ -124,6 +124,14 @@ def test_pairs_and_location():
     assert pairs_verdict([est(-2, -3, -1), est(-1, -2, 0.5)]) == "direction only"
     assert pairs_verdict([est(-2, -3, -1), est(0.5, -1, 2)]) == "no effect"
     assert pairs_verdict([est(-2, -3, -1), est(1, 0.5, 2)]) == "not reproduced"
+    # "in most cases": 3 of 4 must hold
+    below, holds, above = est(-2, -3, -1), est(-1, -2, 0.5), est(1, 0.5, 2)
+    assert pairs_verdict([below, below, below, above], need=3) == "reproduced"
+    assert pairs_verdict([below, below, holds, above], need=3) == "direction only"
+    assert pairs_verdict([below, below, above, above], need=3) == "not reproduced"
+    assert pairs_verdict([below, holds, est(0.5, -1, 2), above], need=3) == "no effect"
+    with pytest.raises(ValueError, match="need"):
+        pairs_verdict([below], need=2)
     falls, flat, rises = est(5, 1, 9), est(1, -1, 3), est(-5, -9, -1)
     assert location_verdict(120, point(200), falls, tolerance=2) == "reproduced"
     assert location_verdict(120, point(1000), falls, tolerance=2) == "direction only"

@@ -13,12 +13,14 @@ reduction written as 1 + change).
             direction only  the interval excludes 1 on the paper's side, the point outside
             no effect       the interval contains 1
             not reproduced  the interval excludes 1 on the other side
-  pairs     a qualitative claim judged as comparisons that must all hold ("fMoE has the lowest
-            TPOT at every cache size"): each an Estimate of a paired difference that the paper
-            says is negative (the claimed-better system minus the other, lower is better)
-            reproduced      every interval below 0
-            not reproduced  any interval above 0
-            direction only  otherwise, when every point estimate is below 0
+  pairs     a qualitative claim judged as comparisons of which `need` must hold (default
+            all: "fMoE has the lowest TPOT at every cache size"; a majority for "in most
+            cases", the number written in the inventory's rule before running): each an
+            Estimate of a paired difference that the paper says is negative (the
+            claimed-better system minus the other, lower is better)
+            reproduced      at least `need` intervals below 0
+            not reproduced  more than len - `need` intervals above 0 (the claim cannot hold)
+            direction only  otherwise, when at least `need` point estimates are below 0
             no effect       otherwise
   ordering  the paper's systems best first; the paired differences of adjacent systems
             (system i minus system i + 1, lower is better, so the paper says negative):
@@ -84,6 +86,7 @@ class ClaimRow:
     baseline: str | None = None  # the system the paper's factor is relative to
     headroom: float | None = None  # baseline TPOT / compute floor in our setting
     averaged: str | None = None  # how the value is averaged, as the paper averages it
+    need: int | None = None  # pairs: how many comparisons must hold (None: all)
     tolerance: float | None = None  # location: a factor, fixed in the module before running
     falls: Estimate | None = None  # location: curve(first) - curve(paper's point)
     falls_real: Estimate | None = None
@@ -125,17 +128,22 @@ def ratio_verdict(paper: float, est: Estimate, band: float = BAND) -> str:
     return "not reproduced" if other_side else "no effect"
 
 
-def pairs_verdict(diffs: list[Estimate]) -> str:
-    """Every difference claimed negative (analysis/repro/verdict.py docstring, `pairs`)."""
+def pairs_verdict(diffs: list[Estimate], need: int | None = None) -> str:
+    """Differences claimed negative, `need` of them (all when None) must hold (the module
+    docstring, `pairs`)."""
     if not diffs:
         raise ValueError("a pairs claim needs at least one difference")
+    need = len(diffs) if need is None else need
+    if not 1 <= need <= len(diffs):
+        raise ValueError(f"need must be in [1, {len(diffs)}], got {need}")
+    points = sum(d.mean < 0 for d in diffs)
     if not all(d.judged for d in diffs):
-        return ONE_SEED[0] if all(d.mean < 0 for d in diffs) else ONE_SEED[1]
-    if all(d.below(0) for d in diffs):
+        return ONE_SEED[0] if points >= need else ONE_SEED[1]
+    if sum(d.below(0) for d in diffs) >= need:
         return "reproduced"
-    if any(d.above(0) for d in diffs):
+    if sum(d.above(0) for d in diffs) > len(diffs) - need:
         return "not reproduced"
-    return "direction only" if all(d.mean < 0 for d in diffs) else "no effect"
+    return "direction only" if points >= need else "no effect"
 
 
 def ordering_verdict(paper: list, ours: list, diffs: list[Estimate] | None) -> str:
@@ -178,7 +186,7 @@ def _verdict(row: ClaimRow, real: bool) -> str:
     if row.kind == "ratio":
         return ratio_verdict(float(row.paper), as_estimate(ours))
     if row.kind == "pairs":
-        return pairs_verdict(list(diffs))
+        return pairs_verdict(list(diffs), row.need)
     if row.kind == "ordering":
         return ordering_verdict(list(row.paper), list(ours), diffs)
     falls = row.falls_real if real else row.falls
@@ -207,7 +215,9 @@ def _reason(row: ClaimRow) -> str:
         if row.diffs:
             out += "; adjacent differences " + "; ".join(_text(d) for d in row.diffs)
     elif row.kind == "pairs":
-        out = "differences (claimed negative): " + "; ".join(_text(d) for d in row.diffs)
+        need = f"{row.need} of {len(row.diffs)}" if row.need else "all"
+        out = (f"differences (claimed negative, {need} must hold): "
+               + "; ".join(_text(d) for d in row.diffs))
     else:
         out = (f"our lowest point at {ours} (tolerance x{row.tolerance:g}), the paper's near "
                f"{_text(row.paper)}; first point minus the paper's point {_text(row.falls)}")
