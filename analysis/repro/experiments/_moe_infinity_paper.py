@@ -33,6 +33,10 @@ NO_COUNTERPART = {
     "Ollama": "llama.cpp kernels, quantized weights and its own CPU/GPU layer split",
     "vLLM": "vLLM's CPU offload and kernels (PagedAttention, CUDA graphs)",
 }
+# Fig. 7 (an image; the text): Mixtral-8x7B's latency with MoE-Infinity, and its factor over
+# BrainStorm and Mixtral-Offloading (the paper's own, not the README's 1752 / 735).
+FIG7_MIXTRAL_MS = 836
+FIG7_MIXTRAL_SPEEDUP = 1.4
 # Host memory the paper gives each model (text, "Setup"); the simulator assumes every expert
 # sits in pinned host memory and models no SSD tier.
 HOST_MEMORY_GB = {"switch_large_128": 64, "nllb_moe_54b": 256, "deepseek_v2_lite": 32,

@@ -8,10 +8,12 @@ Hugging Face's decompressed K and V (5120 values per token and layer) or the com
 latent (512 + 64 = 576) that the issue asks for. The table adds, for comparison, the expert
 cache the same plan would leave with the other layout (computed, not run).
 
-Claims (ratios): compute per token grows 50 -> 160 ms from 2^12 to 2^17 (our compute floor);
-the expert buffer halves from 2 GB at 2^16 to 1 GB at 2^17 (our expert cache); on-demand
-fetching adds 137 ms to the 160 ms of compute at 2^17, read as TPOT / compute = 297 / 160
-(our moe_infinity TPOT / compute floor there).
+Claims (ratios, paired by seed): compute per token grows 50 -> 160 ms from 2^12 to 2^17 (our
+compute floor); on-demand fetching adds 137 ms to the 160 ms of compute at 2^17 with a 1 GB
+expert buffer, read as TPOT / compute = 297 / 160 and measured on a run of its own at 2^17 with
+the expert cache fixed at 1 GiB (expert_cache_gb). The buffer sizes themselves (2 GB at 2^16,
+1 GB at 2^17) are not a claim of ours: the paper's buffer is not what the KV arithmetic leaves
+here (analysis/repro/inventory/moe_infinity.yaml says why).
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ from analysis.repro.experiments._moe_infinity_paper import (
 )
 from analysis.repro.output import new_figure
 from analysis.repro.spec import Experiment, Sweep
+from analysis.repro.stats import log_mean
+from analysis.repro.values import by_seed, seed_of, seed_ratio
 from analysis.repro.verdict import ClaimRow
 
 CONTEXTS = tuple(2**k for k in range(12, 18))
@@ -31,6 +35,9 @@ SOURCE = f"{PAPER} long-context study (DeepSeek-V2-Lite, A5000)"
 KEY = "workload.prompt_len"
 KV_LAYOUTS = {5120: "HF decompressed K/V", 576: "MLA latent"}  # values per token and layer
 GIB = 2**30
+# The paper's expert buffer at 2^17 (1 GB, taken as 1 GiB: the 7 % between them is far below
+# what the claim turns on): the on-demand penalty is measured at this buffer, like with like.
+PAPER_BUFFER_GIB = 1.0
 
 
 def _other_layout_cache_gib(result: dict) -> tuple[int | None, float | None]:
@@ -45,19 +52,27 @@ def _other_layout_cache_gib(result: dict) -> tuple[int | None, float | None]:
     return other, (mem["available_bytes"] + mem["kv_bytes"] - kv_other) / GIB
 
 
+def _fixed(row: dict) -> float | None:
+    """The expert cache the run fixed (expert_cache_gb), None where memory decides it."""
+    v = row.get("expert_cache_gb")
+    return None if v is None or v != v else float(v)  # NaN: not fixed
+
+
 def table(runs):
     """One row per context length: KV and expert cache (GiB), the paper's buffer, TPOT,
     compute floor, stall per token, decode hit rate and host-to-device GB per token."""
     import pandas as pd
 
     rows = []
-    for r in runs.sort_values(KEY).to_dict("records"):
+    for r in sorted(runs.to_dict("records"), key=lambda r: (_fixed(r) or 0, r[KEY],
+                                                           seed_of(r))):
         res, ctx = r["_result"], int(r[KEY])
         mem = res.get("memory") or {}
         other, other_gib = _other_layout_cache_gib(res)
         ok = r["status"] == "valid"
         rows.append({
-            "context_tokens": ctx, "log2_context": ctx.bit_length() - 1, "status": r["status"],
+            "context_tokens": ctx, "log2_context": ctx.bit_length() - 1, "seed": seed_of(r),
+            "fixed_buffer_gib": _fixed(r), "status": r["status"],
             "kv_elems_per_token_per_layer": res["config"]["model"][
                 "kv_elems_per_token_per_layer"],
             "kv_cache_gib": mem.get("kv_bytes", 0) / GIB,
@@ -91,10 +106,10 @@ def figure(tab, runs):
     """Expert cache (GiB) and TPOT against the context, with the paper's buffer points."""
     fig, ax = new_figure(f"{PAPER}, long context: the KV cache squeezes the experts",
                          runs.iloc[0]["routing"])
-    ok = tab[tab["expert_cache_gib"].notna()]
+    ok = tab[tab["expert_cache_gib"].notna() & tab["fixed_buffer_gib"].isna()]
     ax.plot(ok["context_tokens"], ok["expert_cache_gib"], marker="o",
             label="expert cache, ours (GiB)")
-    other = tab[tab["other_layout_expert_cache_gib"] > 0]
+    other = tab[(tab["other_layout_expert_cache_gib"] > 0) & tab["fixed_buffer_gib"].isna()]
     elems = {5120: 576, 576: 5120}.get(int(tab["kv_elems_per_token_per_layer"].iloc[0]))
     ax.plot(other["context_tokens"], other["other_layout_expert_cache_gib"], marker="o",
             linestyle="--", color="C0", alpha=0.5,
@@ -117,72 +132,60 @@ def figure(tab, runs):
     return fig
 
 
-def _at(tab, ctx: int, col: str):
-    row = tab[(tab["context_tokens"] == ctx) & (tab["status"] == "valid")]
-    value = None if row.empty else row.iloc[0][col]
-    return None if value is None or value != value else float(value)  # NaN: no value
+def split(runs):
+    """(the runs whose expert cache is what memory leaves, the runs at the paper's fixed
+    buffer): the frame has `expert_cache_gb` only when both kinds are in it."""
+    if "expert_cache_gb" not in runs.columns:
+        return runs, runs.iloc[0:0]
+    fixed = runs["expert_cache_gb"].notna()
+    return runs[~fixed], runs[fixed]
 
 
-def _div(a, b):
-    return a / b if a is not None and b else None
-
-
-def _unmeasured(tab, ctxs) -> str | None:
+def _unmeasured(runs, ctxs) -> str | None:
     """Why a claim over these context lengths has no number of ours (None: it has)."""
     for ctx in ctxs:
-        row = tab[tab["context_tokens"] == ctx]
-        if row.empty:
+        rows = runs[runs[KEY] == ctx]
+        if rows.empty:
             return f"no run at 2^{ctx.bit_length() - 1}"
-        if row.iloc[0]["status"] != "valid":
-            return (f"the 2^{ctx.bit_length() - 1} run is {row.iloc[0]['status']}: the KV cache "
-                    "leaves no room for experts" if row.iloc[0]["status"] == "oom" else
-                    f"the 2^{ctx.bit_length() - 1} run is {row.iloc[0]['status']}")
+        bad = sorted(set(rows["status"]) - {"valid"})
+        if bad:
+            return (f"the 2^{ctx.bit_length() - 1} run is {bad[0]}"
+                    + (": the KV cache leaves no room for experts" if bad[0] == "oom" else ""))
     return None
 
 
 def claims(tab, runs, real):
-    lo, hi, mid = CONTEXTS[0], CONTEXTS[-1], CONTEXTS[-2]
-    rows = [
-        ClaimRow("long_context.compute_growth", "long_context", SOURCE,
-                 "compute per token grows 50 -> 160 ms from 2^12 to 2^17 tokens", "ratio",
-                 paper=LONG_COMPUTE_MS[hi] / LONG_COMPUTE_MS[lo],
-                 ours=_div(_at(tab, hi, "compute_floor_ms"), _at(tab, lo, "compute_floor_ms")),
-                 baseline="the compute at 2^12",
-                 note="ours: the compute floor, attention reading the KV cache at HBM speed"),
-        ClaimRow("long_context.expert_buffer_halves", "long_context", SOURCE,
-                 "the expert buffer shrinks from 2 GB at 2^16 to 1 GB at 2^17", "ratio",
-                 paper=LONG_EXPERT_BUFFER_GB[mid] / LONG_EXPERT_BUFFER_GB[hi],
-                 ours=_div(_at(tab, mid, "expert_cache_gib"), _at(tab, hi, "expert_cache_gib")),
-                 baseline="the buffer at 2^17",
-                 note="ours: the expert cache GiB at 2^16 / at 2^17"),
-        ClaimRow("long_context.on_demand_penalty", "long_context", SOURCE,
-                 "on-demand fetching adds 137 ms to 160 ms of compute at 2^17", "ratio",
-                 paper=(LONG_COMPUTE_MS[hi] + LONG_ON_DEMAND_MS) / LONG_COMPUTE_MS[hi],
-                 ours=_at(tab, hi, "headroom"), baseline="the compute floor",
-                 note=_penalty_note(tab, hi)),
-    ]
-    for row, ctxs in zip(rows, ((lo, hi), (mid, hi), (hi,))):
-        why = _unmeasured(tab, ctxs)
+    """Compute growth 2^12 -> 2^17 (our compute floor, paired by seed) and the on-demand
+    penalty at 2^17 with the paper's 1 GB buffer (TPOT / compute floor, per seed)."""
+    lo, hi = CONTEXTS[0], CONTEXTS[-1]
+    free, fixed = split(runs)
+    growth = ClaimRow(
+        "long_context.compute_growth", "long_context", SOURCE,
+        "compute per token grows 50 -> 160 ms from 2^12 to 2^17 tokens", "ratio",
+        paper=LONG_COMPUTE_MS[hi] / LONG_COMPUTE_MS[lo],
+        ours=seed_ratio(free, {KEY: hi}, {KEY: lo}, "compute_floor_ms"),
+        baseline="the compute at 2^12",
+        note="ours: the compute floor, attention reading the KV cache at HBM speed")
+    per_seed = by_seed(fixed, "headroom", **{KEY: hi})
+    penalty = ClaimRow(
+        "long_context.on_demand_penalty", "long_context", SOURCE,
+        "on-demand fetching adds 137 ms to 160 ms of compute at 2^17 (1 GB buffer)", "ratio",
+        paper=(LONG_COMPUTE_MS[hi] + LONG_ON_DEMAND_MS) / LONG_COMPUTE_MS[hi],
+        ours=log_mean(per_seed) if per_seed else None, baseline="the compute floor",
+        note=(f"read as TPOT / compute at 2^17; ours: moe_infinity's TPOT / compute floor with "
+              f"the expert cache fixed at the paper's buffer ({PAPER_BUFFER_GIB:g} GiB); our "
+              "compute floor is not the paper's 160 ms, so the ratio also carries that gap"))
+    for row, part, ctxs in ((growth, free, (lo, hi)), (penalty, fixed, (hi,))):
+        why = _unmeasured(part, ctxs)
         if why:  # judge() then gives "not expressible" with this reason
             row.ours, row.note = None, why
-    return rows
-
-
-def _penalty_note(tab, ctx: int) -> str:
-    """What the penalty ratio is made of on each side: the same ratio can come from a
-    different squeeze (a larger expert cache, a faster compute floor)."""
-    note = "read as TPOT / compute at 2^17; ours: moe_infinity's TPOT / compute floor"
-    stall, cache = _at(tab, ctx, "stall_ms_per_token"), _at(tab, ctx, "expert_cache_gib")
-    floor = _at(tab, ctx, "compute_floor_ms")
-    if None in (stall, cache, floor):
-        return note
-    return (f"{note}; ours stalls {stall:.1f} ms a token on a {floor:.1f} ms floor with a "
-            f"{cache:.1f} GiB expert cache, the paper's 137 ms come with a 1 GB buffer")
+    return [growth, penalty]
 
 
 EXPERIMENT = Experiment(
     name="long_context", title=SOURCE, mirrors=SOURCE,
-    sweeps=(Sweep((f"{KEY}={','.join(map(str, CONTEXTS))}",)),),
+    sweeps=(Sweep((f"{KEY}={','.join(map(str, CONTEXTS))}",)),
+            Sweep((f"{KEY}={CONTEXTS[-1]}", f"expert_cache_gb={PAPER_BUFFER_GIB}"))),
     table=table, figure=figure, claims=claims,
     cannot_express=("the paper's attention kernels at long context (its compute grows 3.2x "
                     "from 2^12 to 2^17; ours grows with the KV bytes read per token only)",),
