@@ -5,6 +5,8 @@ hand; and the five configs pin one workload, so their runs share a cached trace.
 
 from __future__ import annotations
 
+import math
+
 import pandas as pd
 import pytest
 
@@ -28,79 +30,95 @@ def _composed(evictor, prefetcher):
 
 
 def _row(system, tpot, hit=0.5, head=2.0, model="mixtral_8x7b", cfg=None, sysinfo=None,
-         metrics=None, cache_gib=19.0):
+         metrics=None, cache_gib=19.0, seed=0):
     s = SYSTEMS[system] if isinstance(system, str) else system
     config = {"workload": {"prompt_len": 40, "output_len": 32}, "calibration_requests": 28,
-              "max_batch": 1, "expert_cache_gb": None, "system": {}}
+              "max_batch": 1, "expert_cache_gb": None, "system": {}, "seed": seed}
     for key, value in (cfg or {}).items():  # dotted keys, e.g. system.prefetch_distance
         node, *path = key.split(".")
         (config[node].__setitem__(path[0], value) if path else config.__setitem__(node, value))
     result = {"system": {**s, **(sysinfo or {})}, "config": config,
               "memory": {"expert_cache_bytes": int(cache_gib * GIB)},
               "model": {"expert_bytes": EXPERT_BYTES}, "metrics": metrics or {}}
-    return {"run": f"{s['name']}-{tpot}", "system": s["name"], "status": "valid",
+    return {"run": f"{s['name']}-{tpot}-{seed}", "system": s["name"], "status": "valid",
             "model": model, "hardware": "rtx_3090", "requests": 12, "routing": "synthetic",
             "tpot_mean_ms": tpot, "ttft_mean_ms": 10 * tpot, "hit_rate": hit,
             "hit_rate_decode": hit, "compute_floor_ms": tpot / head, "headroom": head,
             "tokens_per_s": 1000.0 / tpot, "expert_cache_gib": cache_gib, "_result": result}
 
 
-def _cache_frame():
+def _cache_frame(seeds=(0,)):
     # 6 GiB: fMoE TPOT 100; baselines 160 / 90 / 141 and the LRU stand-in 105 (the per-layer
-    # lru cannot run there). 12 GiB: fMoE 100, lru 120, the stand-in 130.
+    # lru cannot run there). 12 GiB: fMoE 100, lru 120, the stand-in 130. Seed 1 adds 10 ms
+    # to every baseline (differences 10 ms apart: fMoE - lru at 12 GiB is -20, -30).
     rows = []
-    for gib, cells in ((6, {"fmoe": 100.0, "layer_offload": 160.0, "promoe": 90.0,
-                            "moe_infinity": 141.0, "standin": 105.0}),
-                       (12, {"fmoe": 100.0, "lru": 120.0, "standin": 130.0})):
-        for name, tpot in cells.items():
-            system = _composed("lru", "spec_next_layer") if name == "standin" else name
-            head = {"layer_offload": 8.0, "standin": 1.2}.get(name, 3.0)
-            rows.append(_row(system, tpot, head=head, cache_gib=gib,
-                             cfg={"expert_cache_gb": gib, "system.prefetch_distance": 3}))
+    for seed in seeds:
+        for gib, cells in ((6, {"fmoe": 100.0, "layer_offload": 160.0, "promoe": 90.0,
+                                "moe_infinity": 141.0, "standin": 105.0}),
+                           (12, {"fmoe": 100.0, "lru": 120.0, "standin": 130.0})):
+            for name, tpot in cells.items():
+                system = _composed("lru", "spec_next_layer") if name == "standin" else name
+                head = {"layer_offload": 8.0, "standin": 1.2}.get(name, 3.0)
+                tpot += 10.0 * seed if name != "fmoe" else 0.0
+                rows.append(_row(system, tpot, head=head, cache_gib=gib, seed=seed,
+                                 cfg={"expert_cache_gb": gib, "system.prefetch_distance": 3}))
     return pd.DataFrame(rows)
 
 
 def test_cache_limit_table():
-    tab, header, notes = cache.table(_cache_frame())
+    tab, header, notes = cache.table(_cache_frame((0, 1)))
     six = tab[tab["cache_gib"] == 6].set_index("system")
     assert list(six.index) == ["layer_offload", "lru", cache.LRU_STANDIN, "promoe",
                                "moe_infinity", "fmoe"]
     assert six.loc["lru", "status"] == cache.NO_LRU  # a row saying why, no numbers
     assert pd.isna(six.loc["lru", "tpot_mean_ms"])
-    assert six.loc["layer_offload", "fmoe_tpot_speedup"] == pytest.approx(1.6)
+    assert six.loc["layer_offload", "tpot_mean_ms"] == pytest.approx(165.0)  # mean of seeds
+    assert six.loc["layer_offload", "fmoe_tpot_speedup"] == pytest.approx(1.65)
     assert six.loc["layer_offload", "paper_tpot_speedup"] == pytest.approx(1 / 0.64)
-    assert six.loc[cache.LRU_STANDIN, "paper_tpot_speedup"] == pytest.approx(1 / 0.75)
-    assert six.loc["fmoe", "slots"] == 18  # 6 GiB / 0.328 GiB
-    twelve = tab[tab["cache_gib"] == 12].set_index("system")
-    assert twelve.loc["lru", "fmoe_tpot_speedup"] == pytest.approx(1.2)
-    assert pd.isna(twelve.loc["lru", "paper_tpot_speedup"])  # the paper's factors are at 6 GB
+    assert six.loc["fmoe", "slots"] == 18 and six.loc["fmoe", "seeds"] == 2
     assert "SIMULATED" in header[0] and "d = 3" in header[2] and "synthetic" in header[2]
 
 
-def test_cache_limit_claims():
+def test_cache_limit_claims_one_seed():
     frame = _cache_frame()
     rows = {r.claim_id: judge(r) for r in cache.claims(cache.table(frame)[0], frame, None)}
-    assert len(rows) == 4
-    deepspeed = rows["fmoe_cache_limit.tpot_6gb_vs_layer_offload"]
-    assert deepspeed.ours == pytest.approx(1.6) and deepspeed.headroom == pytest.approx(8.0)
-    assert deepspeed.verdict == "reproduced"  # 1.6 against 1.5625
-    lru = rows["fmoe_cache_limit.tpot_6gb_vs_lru"]
+    assert len(rows) == 9  # 4 baselines x 2 versions + the every-limit pairs
+    deepspeed = rows["fmoe_cache_limit.eurosys.tpot_6gb_vs_layer_offload"]
+    assert deepspeed.paper == pytest.approx(0.64) and deepspeed.ours.mean == pytest.approx(0.625)
+    assert deepspeed.headroom == pytest.approx(8.0)
+    assert deepspeed.verdict == "same direction (one seed)"
+    lru = rows["fmoe_cache_limit.v1.tpot_6gb_vs_lru"]
     assert lru.baseline == cache.LRU_STANDIN and "stands in" in lru.note
-    assert lru.ours == pytest.approx(1.05) and lru.headroom == pytest.approx(1.2)
-    assert lru.verdict == "direction only"  # 1.05 against 1.33, outside 25 %
-    assert "at most 1.20x" in lru.reason  # the stand-in's headroom is below the paper's factor
-    assert rows["fmoe_cache_limit.tpot_6gb_vs_promoe"].verdict == "not reproduced"  # 0.9
-    assert rows["fmoe_cache_limit.tpot_6gb_vs_moe_infinity"].verdict == "reproduced"
+    assert lru.ours.mean == pytest.approx(100 / 105) and lru.paper == pytest.approx(0.76)
+    promoe = rows["fmoe_cache_limit.v1.tpot_6gb_vs_promoe"]
+    assert promoe.verdict == "other direction (one seed)"  # 100 / 90 > 1
+
+
+def test_cache_limit_every_limit_pairs_with_seeds():
+    frame = _cache_frame((0, 1))
+    rows = {r.claim_id: judge(r) for r in cache.claims(cache.table(frame)[0], frame, None)}
+    every = rows["fmoe_cache_limit.v1.lowest_tpot_every_limit"]
+    # 6 GiB: layer_offload, stand-in, promoe, moe_infinity; 12 GiB: lru only (others absent)
+    assert [d.mean for d in every.diffs] == pytest.approx([-65.0, -10.0, 5.0, -46.0, -25.0])
+    assert every.verdict == "no effect"  # promoe's point is above 0, its interval holds 0
+    assert "stands in" in every.note and "no paired run" in every.note
+    ratio = rows["fmoe_cache_limit.eurosys.tpot_6gb_vs_moe_infinity"].ours
+    assert ratio.mean == pytest.approx(math.sqrt(100 / 141 * 100 / 151)) and ratio.n == 2
 
 
 def _distance_frame():
-    # Mixtral d = 1..4: TPOT 10, 8, 9, 11 (lowest at 2; the paper's 3). Qwen d = 1..8: lowest
-    # at 1, and TPOT at the paper's 6 above d = 1. Phi: no run.
-    # Mixtral's hit rate peaks at d = 3.
-    rows = [_row("fmoe", t, hit=h, cfg={"system.prefetch_distance": d})
-            for d, t, h in zip(range(1, 5), (10.0, 8.0, 9.0, 11.0), (0.2, 0.25, 0.3, 0.28))]
-    rows += [_row("fmoe", 5.0 + d, model="qwen15_moe_a27b", cfg={"system.prefetch_distance": d})
-             for d in range(1, 9)]
+    # Mixtral d = 1..8, seed 0: TPOT lowest at 2; seed 1: lowest at 4 (location sqrt(8));
+    # TPOT(1) - TPOT(3) = 2 and 4. Hit rate 0.3 at d = 3, 0.2 at d = 8 (both seeds).
+    # Qwen d = 1..8: TPOT rising with d, lowest at 1 in both seeds.
+    rows = []
+    for seed, low in ((0, 2), (1, 4)):
+        for d in range(1, 9):
+            tpot = 10.0 + abs(d - low) + (seed if d == 1 else 0.0)
+            hit = {3: 0.3, 8: 0.2}.get(d, 0.25)
+            rows.append(_row("fmoe", tpot, hit=hit, seed=seed,
+                             cfg={"system.prefetch_distance": d}))
+            rows.append(_row("fmoe", 5.0 + d, hit=0.25, seed=seed, model="qwen15_moe_a27b",
+                             cfg={"system.prefetch_distance": d}))
     return pd.DataFrame(rows)
 
 
@@ -108,44 +126,75 @@ def test_prefetch_distance_table_and_claims():
     frame = _distance_frame()
     tab, header, _ = distance.table(frame)
     mix = tab[tab["model"] == "mixtral_8x7b"].set_index("d")
-    assert list(mix["tpot_vs_lowest_ratio"]) == pytest.approx([1.25, 1.0, 1.125, 1.375])
-    assert list(mix["lowest"]) == [False, True, False, False]
-    assert list(mix["paper_d"]) == [False, False, True, False]
-    assert list(mix["top_hit"]) == [False, False, True, False]
-    assert "Mixtral-8x7B, Qwen1.5-MoE, Phi-3.5-MoE on rtx_3090" in header[2]
+    assert mix.loc[3, "tpot_mean_ms"] == pytest.approx(11.0) and mix.loc[3, "seeds"] == 2
+    assert list(mix["paper_d"])[:4] == [False, False, True, False]
     rows = {r.claim_id: judge(r) for r in distance.claims(tab, frame, None)}
     m = rows["fmoe_prefetch_distance.best_d.mixtral_8x7b"]
-    assert (m.paper, m.ours, m.falls, m.verdict) == (3.0, 2.0, True, "reproduced")
-    q = rows["fmoe_prefetch_distance.best_d.qwen15_moe_a27b"]
-    assert (q.paper, q.ours, q.falls, q.verdict) == (6.0, 1.0, False, "not reproduced")
-    p = rows["fmoe_prefetch_distance.best_d.phi35_moe"]
+    assert m.paper == 3.0 and m.tolerance == distance.TOLERANCE
+    assert m.ours.mean == pytest.approx(math.sqrt(8.0))  # argmins 2 and 4
+    assert m.falls.mean == pytest.approx(1.5)  # TPOT(1) - TPOT(3): 11 - 11, 14 - 11
+    q1 = rows["fmoe_prefetch_distance.v1.best_d.qwen15_moe_a27b"]
+    q2 = rows["fmoe_prefetch_distance.eurosys.best_d.qwen15_moe_a27b"]
+    assert (q1.paper, q2.paper, q2.ours.mean) == (3.0, 6.0, 1.0)
+    assert q2.falls.mean == pytest.approx(-5.0) and q2.verdict == "not reproduced"
+    p = rows["fmoe_prefetch_distance.eurosys.best_d.phi35_moe"]
     assert p.ours is None and p.verdict == "not expressible"  # no run of ours
+    hit = rows["fmoe_prefetch_distance.v1.large_d_lowers_hit"]
+    assert [d.mean for d in hit.diffs] == pytest.approx([-0.1, 0.0])  # Mixtral; Qwen
+    assert "phi35_moe" in hit.note
+    assert rows["fmoe_prefetch_distance.v1.fine_beats_coarse_every_d"].kind == "not_expressible"
 
 
-def test_store_capacity_table_and_claim():
+def test_store_capacity_table_and_flattening():
+    # hit rate at 256 / 1000 / 4000: seed 0 0.20 / 0.30 / 0.32, seed 1 0.21 / 0.31 / 0.33:
+    # miss(1K) - miss(256) = -0.10 in both; gain above 1K minus below = 0.02 - 0.10 in both
+    # (equal seeds: a zero-width interval)
+    hits = {0: {256: 0.20, 1000: 0.30, 4000: 0.32}, 1: {256: 0.21, 1000: 0.31, 4000: 0.33}}
     frame = pd.DataFrame([
-        _row("fmoe", t, cfg={"system.store_capacity": c},
-             sysinfo={"calibration_maps": 896, "store_maps": min(c, 1280),
-                      "store_replacements": max(0, 1280 - c)})
-        for c, t in ((4000, 95.0), (16, 110.0), (1000, 100.0))])
+        _row("fmoe", 100.0 - 10 * h[c], hit=h[c], seed=seed, cfg={"system.store_capacity": c},
+             sysinfo={"calibration_maps": 3584, "store_maps": min(c, 5120),
+                      "store_replacements": max(0, 5120 - c)})
+        for seed, h in hits.items() for c in (4000, 256, 1000)])
     tab, _, _ = store.table(frame)
-    assert list(tab["store_capacity"]) == [16, 1000, 4000]
-    assert list(tab["maps_offered"]) == [1280] * 3  # 896 + 12 requests x 32 tokens
-    assert list(tab["tpot_vs_default_ratio"]) == pytest.approx([1.1, 1.0, 0.95])
-    (claim,) = [judge(r) for r in store.claims(tab, frame, None)]
-    assert claim.kind == "not_expressible" and claim.verdict == "not expressible"
+    assert list(tab["store_capacity"]) == [256, 1000, 4000]
+    assert list(tab["maps_offered"]) == [3584 + 12 * 32] * 3
+    assert tab.set_index("store_capacity").loc[256, "hit_rate"] == pytest.approx(0.205)
+    rows = {r.claim_id: judge(r) for r in store.claims(tab, frame, None)}
+    flat = rows["fmoe_store_capacity.v1.gain_flattens_after_1k"]
+    assert [d.mean for d in flat.diffs] == pytest.approx([-0.10, -0.08])
+    assert flat.verdict == "reproduced"
+    hits[1][4000] = 0.45  # seed 1's gain above 1K now 0.14 - 0.10 = +0.04: -0.08, +0.04
+    frame = pd.DataFrame([_row("fmoe", 1.0, hit=h[c], seed=seed, cfg={"system.store_capacity": c})
+                          for seed, h in hits.items() for c in (4000, 256, 1000)])
+    flat = judge(store.claims(store.table(frame)[0], frame, None)[0])
+    assert flat.diffs[1].mean == pytest.approx(-0.02) and flat.verdict == "direction only"
+    assert rows["fmoe_store_capacity.memory_32k"].verdict == "not expressible"
+    assert rows["fmoe_store_capacity.v1.covering_bounds"].kind == "not_expressible"
 
 
-def test_batch_table_and_no_claims():
-    frame = pd.DataFrame([_row(s, t, cfg={"max_batch": b})
-                          for s, b, t in (("fmoe", 1, 100.0), ("lru", 1, 150.0),
-                                          ("fmoe", 2, 200.0), ("lru", 2, 180.0),
-                                          ("promoe", 2, 220.0))])
+def test_batch_lowest_in_most_cases():
+    # TPOT: fMoE 100, lru 150 at b = 1..3, the other three baselines 200; seed 1 adds 10 ms
+    # to each (equal differences: zero-width intervals). lru at b = 4: 90, 110 (differences
+    # +10, 0). TTFT = 10 x TPOT (the row helper).
+    rows = []
+    for seed in (0, 1):
+        for b in batch.GRID:
+            rows.append(_row("fmoe", 100.0 + 10 * seed, seed=seed, cfg={"max_batch": b}))
+            for name in ("layer_offload", "promoe", "moe_infinity"):
+                rows.append(_row(name, 200.0 + 10 * seed, seed=seed, cfg={"max_batch": b}))
+            lru = 150.0 + 10 * seed if b < 4 else 90.0 + 20 * seed
+            rows.append(_row("lru", lru, seed=seed, cfg={"max_batch": b}))
+    frame = pd.DataFrame(rows)
     tab, _, _ = batch.table(frame)
-    assert list(zip(tab["max_batch"], tab["system"])) == [
-        (1, "lru"), (1, "fmoe"), (2, "lru"), (2, "promoe"), (2, "fmoe")]
-    assert list(tab["fmoe_tpot_speedup"]) == pytest.approx([1.5, 1.0, 0.9, 1.1, 1.0])
-    assert batch.claims(tab, frame, None) == []
+    assert tab.set_index(["max_batch", "system"]).loc[(4, "lru"), "tpot_mean_ms"] == 100.0
+    out = {r.claim_id: judge(r) for r in batch.claims(tab, frame, None)}
+    tpot = out["fmoe_batch.v1.tpot_lowest_most_cases"]
+    assert len(tpot.diffs) == 16 and tpot.diffs[-3].mean == pytest.approx(5.0)  # lru at 4
+    # lru at b = 4: +10, 0 -> mean 5, its interval holds 0; every other interval below 0
+    assert tpot.verdict == "no effect"  # the point +5 is above 0, its interval holds 0
+    assert "batch 1, 2, 3 (3 of 4" in tpot.note and "holds" in tpot.note
+    ttft = out["fmoe_batch.v1.ttft_lowest_most_cases"]
+    assert ttft.diffs[0].mean == pytest.approx(-1000.0)
 
 
 def _ablation_frame():
@@ -174,7 +223,22 @@ def test_ablation_table_steps():
     assert by.loc[("map T+S+delta", "LRU"), "system"] == "composed(lru,fmoe_maps)"
     assert by.loc[("map T", "LFU"), "hit_rate"] == pytest.approx(0.21)
     assert by.loc[("map T+S", "LFU"), "hit_rate"] == pytest.approx(0.23)
-    assert ablation.claims(tab, frame, None) == []
+
+
+def test_ablation_claims_one_seed():
+    frame = _ablation_frame()
+    rows = {r.claim_id: judge(r) for r in ablation.claims(ablation.table(frame)[0], frame, None)}
+    order = rows["fmoe_ablation.v1.map_steps_order"]
+    assert order.ours == ["map T+S+delta", "map T+S", "map T"]  # hit 0.27 > 0.23 > 0.21
+    assert [d.mean for d in order.diffs] == pytest.approx([-0.04, -0.02])  # miss differences
+    assert order.verdict == "same direction (one seed)"
+    full = rows["fmoe_ablation.v1.full_design_highest"]
+    # speculate 0.25 and map T+S, map T present; hit count (frequency) has no run
+    assert [d.mean for d in full.diffs] == pytest.approx([-0.02, -0.06, -0.04])
+    assert "frequency" not in full.note and "hit count" in full.note
+    assert rows["fmoe_ablation.v1.hit_count_lowest"].verdict == "not expressible"  # no run
+    ev = rows["fmoe_ablation.v1.eviction_beats_lru_lfu"]
+    assert [d.mean for d in ev.diffs] == pytest.approx([-0.26, -0.01])  # 0.28 vs 0.02, 0.27
 
 
 @pytest.mark.parametrize("module, frame", [
@@ -188,13 +252,15 @@ def test_figures_build(module, frame):
     pyplot().close(fig)
 
 
-def test_the_five_configs_share_one_workload(tmp_path):
+def test_four_configs_share_one_workload(tmp_path):
     """Same model, seed, calibration split and workload (fmoe_batch: but its arrivals), so a
-    reproduce-all generates the trace once (harness/runner/trace_cache.py)."""
+    reproduce-all generates the trace once (harness/runner/trace_cache.py); the store sweep
+    alone runs 128 output tokens, so that its largest store must still replace maps."""
     from harness.runner.config import compose_config
 
-    names = ("fmoe_cache_limit", "fmoe_prefetch_distance", "fmoe_store_capacity",
-             "fmoe_batch", "fmoe_ablation")
+    cfg = compose_config(["experiment=fmoe_store_capacity"], results_dir=str(tmp_path))
+    assert (28 + 12) * cfg["workload"]["output_len"] > max(store.GRID)
+    names = ("fmoe_cache_limit", "fmoe_prefetch_distance", "fmoe_batch", "fmoe_ablation")
     seen = {}
     for name in names:
         cfg = compose_config([f"experiment={name}"], results_dir=str(tmp_path))
