@@ -129,7 +129,14 @@ def test_csv_splits_estimates_and_rebuilds_byte_identical(inventory):
     import csv
     import io
 
-    records = {r["claim_id"]: r for r in csv.DictReader(io.StringIO(csv_text))}
+    reader = csv.DictReader(io.StringIO(csv_text))
+    assert reader.fieldnames == [
+        "paper", "claim_id", "source", "claim", "kind", "paper_value", "ours", "ours_mean",
+        "ours_low", "ours_high", "ours_n", "verdict", "ours_real", "real_mean", "real_low",
+        "real_high", "real_n", "real_sample", "real_verdict", "routing_sensitive",
+        "baseline_headroom", "best_variant", "variant_mean", "variant_low", "variant_high",
+        "variant_n", "oracle_mean", "oracle_low", "oracle_high", "oracle_n", "reason"]
+    records = {r["claim_id"]: r for r in reader}
     assert list(records) == ["a.speedup", "a.order", "b.speedup", "a.gpus", "f.lowest"]
     speed = records["a.speedup"]
     assert {k: speed[k] for k in ("paper", "kind", "ours_mean", "ours_low", "ours_high",
@@ -152,8 +159,8 @@ def test_csv_splits_estimates_and_rebuilds_byte_identical(inventory):
      ["experiment exp_a emits claim 'b.speedup'", "gives to exp_b"]),
     ([ClaimRow("a.speedup", "exp_a", "", "", "ratio", paper=4.0, ours=3.0)],
      ["claim 'a.speedup'", "the paper's value 4, the inventory says 2"]),
-    ([ClaimRow("a.order", "exp_a", "", "", "ordering", paper=["y", "x", "z"], ours=["x"])],
-     ["claim 'a.order'", "the inventory says ['x', 'y', 'z']"]),
+    ([ClaimRow("a.order", "exp_a", "", "", "ordering", paper=["y", "x"], ours=["x"])],
+     ["claim 'a.order'", "has 2 systems, the inventory's ['x', 'y', 'z'] 3"]),
     ([ClaimRow("a.speedup", "exp_a", "", "", "location", paper=2.0, ours=2.0)],
      ["claim 'a.speedup'", "kind 'location', the inventory says 'ratio'"]),
     ([ClaimRow("a.speedup", "exp_a", "", "", "ratio", paper=2.0, ours=2.0)] * 2,
@@ -199,3 +206,9 @@ def test_write_claims_reads_the_results_folder(tmp_path, monkeypatch, inventory,
     assert write_claims(tmp_path) == 2
     err = capsys.readouterr().err
     assert "experiment table1 emits claim 'table1.surprise'" in err
+
+
+def test_an_empty_inventory_gives_the_header_and_columns():
+    md, csv_text = render(build([], {}))
+    assert "Totals: no claims." in md and "Seeds found: none (no claim measured yet)." in md
+    assert csv_text.startswith("paper,claim_id,source,") and csv_text.count("\n") == 1

@@ -16,6 +16,16 @@ from analysis.repro.verdict import BAND, ONE_SEED, VERDICTS, as_estimate
 COLUMNS = ("claim id", "source", "claim", "paper", "ours (synthetic)", "verdict",
            "ours (real sample)", "real verdict", "routing-sensitive", "baseline headroom",
            "best variant", "oracle", "reason")
+
+
+def _split_columns(prefix: str) -> tuple[str, ...]:
+    return tuple(f"{prefix}_{k}" for k in ("mean", "low", "high", "n"))
+
+
+CSV_COLUMNS = ("paper", "claim_id", "source", "claim", "kind", "paper_value", "ours",
+               *_split_columns("ours"), "verdict", "ours_real", *_split_columns("real"),
+               "real_sample", "real_verdict", "routing_sensitive", "baseline_headroom",
+               "best_variant", *_split_columns("variant"), *_split_columns("oracle"), "reason")
 ONE_SEED_NOTE = "one seed: no intervals, no verdicts beyond direction"
 RULE = (
     "Each value of ours is an estimate with its 95 % interval: a paired t-interval over "
@@ -108,10 +118,9 @@ def _number(x) -> str:
 
 
 def _split(prefix: str, est: Estimate | None) -> dict[str, str]:
-    return {f"{prefix}_mean": _number(est.mean if est else None),
-            f"{prefix}_low": _number(est.low if est else None),
-            f"{prefix}_high": _number(est.high if est else None),
-            f"{prefix}_n": str(est.n) if est else ""}
+    values = (_number(est.mean), _number(est.low), _number(est.high), str(est.n)) if est \
+        else ("",) * 4
+    return dict(zip(_split_columns(prefix), values))
 
 
 def csv_record(line: Line) -> dict[str, str]:
@@ -184,8 +193,6 @@ def render(lines: list[Line]) -> tuple[str, str]:
                              columns=list(COLUMNS))
         md += ["", f"## {mine[0].entry.title}", "",
                table.to_markdown(index=False, disable_numparse=True)]
-    records = [csv_record(line) for line in lines]
-    columns = list(records[0]) if records else ["paper", "claim_id"]
-    csv_text = pd.DataFrame(records, columns=columns, dtype=str).to_csv(
-        index=False, lineterminator="\n")
+    csv_text = pd.DataFrame([csv_record(line) for line in lines], columns=list(CSV_COLUMNS),
+                            dtype=str).to_csv(index=False, lineterminator="\n")
     return "\n".join(md) + "\n", csv_text
