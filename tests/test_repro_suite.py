@@ -60,8 +60,25 @@ def test_makefile_runs_every_experiment():
     assert "$(MOEBENCH) reproduce all" in makefile and "$(MOEBENCH) figures" in makefile
 
 
-def test_reports_and_claims_rebuild_byte_identical(tmp_path):
+def _inventory_of(rows) -> list:
+    """An inventory listing what table1 emitted, and one claim of an experiment not run: the
+    claims step then depends on table1's code only, not on the inventory files' contents
+    (tests/test_claims_report.py tests the report against an inventory)."""
+    from analysis.repro.inventory import Claim
+
+    def entry(cid, kind, value, exp):
+        return Claim(paper="moe_infinity", title="MoE-Infinity", id=cid, source="Table 1",
+                     claim=cid, kind=kind, value=value, rule=None, origin="test",
+                     numbers=(), experiment=exp, not_expressible=None)
+
+    return [*(entry(r.claim_id, r.kind, r.paper, "table1") for r in rows),
+            entry("fmoe_overall.x", "ratio", 2.0, "fmoe_overall")]
+
+
+def test_reports_and_claims_rebuild_byte_identical(tmp_path, monkeypatch):
     """Two table1 runs at a tiny size, then the report and the claims twice: same bytes."""
+    from analysis.repro import claims as claims_report
+
     for system in ("lru", "moe_infinity"):
         cfg = compose_config(["experiment=table1", f"system={system}",
                               "workload.num_requests=2", "workload.prompt_len=16",
@@ -72,6 +89,8 @@ def test_reports_and_claims_rebuild_byte_identical(tmp_path):
     outputs = [tmp_path / "table1" / f"table1.{ext}" for ext in ("md", "tex", "csv", "png",
                                                                 "pdf")]
     outputs += [tmp_path / "claims.md", tmp_path / "claims.csv"]
+    emitted = claims_report.measured("table1", tmp_path)
+    monkeypatch.setattr(claims_report, "load", lambda: _inventory_of(emitted))
     seen = []
     for _ in range(2):
         assert suite.report("table1", tmp_path) == 2  # six systems never ran
@@ -82,4 +101,5 @@ def test_reports_and_claims_rebuild_byte_identical(tmp_path):
     text = outputs[0].read_text()
     assert "SIMULATED" in text and "SYNTHETIC routing" in text and "PARTIAL" in text
     claims = outputs[5].read_text()
-    assert "table1.speedup_vs_lru" in claims and "not run" in claims  # others not run here
+    assert [r.claim_id for r in emitted if r.claim_id not in claims] == []
+    assert "| fmoe_overall.x " in claims and "not run" in claims  # others not run here

@@ -67,6 +67,10 @@ def test_every_tracked_module_and_config_ships(files, names):
     assert len(modules) > 100 and len(configs) > 50  # the lists themselves are not empty
     assert sorted(set(modules) - names) == []
     assert sorted(set(configs) - names) == []
+    # the claims inventory is package data: an installed `moebench claims` reads it
+    inventory = [p for p in files if p.startswith("analysis/repro/inventory/")]
+    assert "analysis/repro/inventory/excluded.yaml" in inventory
+    assert sorted(set(inventory) - names) == []
     # the subpackages a hand-kept list once missed: without them on_demand and lru fail
     for rel in ("systems/evictors/lru.py", "systems/prefetchers/base.py",
                 "analysis/repro/suite.py", "conf/system/lru.yaml"):
@@ -104,9 +108,12 @@ def test_an_unpacked_wheel_finds_its_configs_and_lists_systems(wheel, tmp_path):
     env = {**os.environ, "PYTHONPATH": str(site)}
     probe = subprocess.run(
         [sys.executable, "-P", "-c", "from core.paths import CONF_DIR, in_checkout; "
-         "print(CONF_DIR, (CONF_DIR / 'config.yaml').is_file(), in_checkout())"],
+         "from analysis.repro.inventory import load_excluded; "
+         "print(CONF_DIR, (CONF_DIR / 'config.yaml').is_file(), in_checkout(), "
+         "len(load_excluded()) > 0)"],
         cwd=work, env=env, capture_output=True, text=True, timeout=60)
-    assert probe.stdout.split() == [str(site.resolve() / "conf"), "True", "False"], probe.stderr
+    assert probe.stdout.split() == [str(site.resolve() / "conf"), "True", "False", "True"], \
+        probe.stderr
     listing = subprocess.run([sys.executable, "-P", "-m", "moebench.cli", "list", "systems"],
                              cwd=work, env=env, capture_output=True, text=True, timeout=120)
     assert listing.returncode == 0, listing.stderr

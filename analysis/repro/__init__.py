@@ -7,6 +7,8 @@ its runs, table and figure under results/<name>/, and the claims it tests with a
   frame.py        a results folder as a pandas table (one row per run)
   output.py       tables (markdown, LaTeX, CSV) and figures (PNG, PDF), byte-identical reruns
   verdict.py      reproduced / direction only / not reproduced / not expressible
+  inventory.py    every published claim, per paper (inventory/*.yaml; docs/claims.md)
+  claims.py       results/claims.{md,csv}: one row per inventory entry (claims_table.py)
   registry.py     every experiment, in docs order
   suite.py        `moebench reproduce|report|claims|figures`
   experiments/    one module per experiment
