@@ -15,7 +15,9 @@ for (tests/test_claims_inventory.py), found by one fixed rule:
    the sign is dropped: "-46 %" is 46), except
    - in the heading line itself (it names the paper: arXiv ids, years, table numbers);
    - digits glued to a letter before them or to a letter and a hyphen: names, not values
-     (A5000, V2, bs16, PCIe4.0, Qwen1.5, BigBench10, Mixtral-8x7B, top-1, NLLB-MoE-54B);
+     (A5000, V2, bs16, PCIe4.0, Qwen1.5, Mixtral-8x7B, top-1, NLLB-MoE-54B) - except a
+     dataset name of MoE-Infinity's Table 2 (BigBench, Flan, MMLU) glued to its K-means
+     group count ("BigBench10/Flan15"): the conversion lost the space, the count is a value;
    - references to a table, figure, section or appendix ("Table 1", "Fig. 14b");
    - identifiers removed first: arXiv ids, DOIs, commit hashes, file names.
    A number followed by K is matched both as written and times 1000 (1K: 1 or 1000).
@@ -35,6 +37,7 @@ _IDENTIFIERS = re.compile(
     r"arXiv \d{4}\.\d{4,5}(?:v\d+)?|\bdoi \S+|\bcommit [0-9a-f]{7,40}\b"
     r"|\S+\.(?:txt|md|py|jsonl|json|gz)\b"
     r"|\b(?:Tables?|Fig\.?|Figure|Sec\.?|Section|Appendix)\s*\d+[a-z]?\b")
+_GROUP_COUNT = re.compile(r"\b(BigBench|Flan|MMLU)(\d+)\b")  # "BigBench10" -> "BigBench 10"
 _NUMBER = re.compile(r"(?<![A-Za-z0-9_])(?<![A-Za-z]-)(?<!\d\.)"
                      r"(\d{1,3}(?:,\d{3})+(?!\d)|\d+(?:\.\d+)?|\.\d+)(K?)")
 
@@ -51,7 +54,7 @@ class Number:
 def numbers_in(line: str) -> list[tuple[str, tuple[float, ...]]]:
     """(as written, values) of every number of one line, by rule 4."""
     out = []
-    for m in _NUMBER.finditer(_IDENTIFIERS.sub(" ", line)):
+    for m in _NUMBER.finditer(_GROUP_COUNT.sub(r"\1 \2", _IDENTIFIERS.sub(" ", line))):
         value = float(m.group(1).replace(",", ""))
         out.append((m.group(0), (value, value * 1000) if m.group(2) else (value,)))
     return out
