@@ -12,6 +12,7 @@
   moebench cdf DIR --metric tpot    latency CDFs per system and percentile tables (ttft, e2e)
   moebench gap [hydra overrides]    a run's loads minus Belady's, by counterfactual replays
   moebench audit-prefetch           every system with and without prefetch (simulated)
+  moebench tune-variants            choose the variants' knobs on the tuning split (simulated)
   moebench bench-sim                engine throughput and one Table 1 run's wall time
   moebench bench-policies           decision overhead of moe_infinity, fmoe and diff_moe
   moebench bench-behaviour          miss rate and throughput by batch size (simulated)
@@ -135,6 +136,7 @@ SUBCOMMANDS = {
     "compare": "analysis.compare",
     "cdf": "analysis.cdf",
     "audit-prefetch": "analysis.prefetch_audit",
+    "tune-variants": "analysis.tune_variants",
     "characterize": "analysis.routing_report",
     "import-routing": "workloads.importers",
     "bench-sim": "harness.bench.sim",

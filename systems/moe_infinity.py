@@ -18,7 +18,8 @@ current one (cyclic, so the last layers prefetch the next token's first ones). E
 the resident expert with the lowest predicted reuse (with `freq_decay_eviction`, the released
 code's product of reuse, access frequency and a layer factor). Admission with hysteresis: a
 prefetch evicts only an expert whose predicted reuse is below the incoming one's by more than
-`admit_margin` standard errors of the difference; otherwise it is declined. Misses are fetched
+`admit_margin` standard errors of the difference; otherwise it is declined (null: no admission,
+every prefetch evicts the lowest-reuse resident, the paper's rule). Misses are fetched
 on demand. Choices where the paper is loose, defaults and the sweeps that chose them:
 docs/systems.md, "moe_infinity: choices and divergences".
 
@@ -57,7 +58,8 @@ class MoEInfinity(System):
     label = "MoE-Infinity (EAM matching: prefetch and evict by predicted EAM)"
 
     def __init__(self, eamc_capacity: int = 1000, max_proposal: int = 8,
-                 learn_online: bool = True, own_weight: float = 0.5, admit_margin: float = 16.0,
+                 learn_online: bool = True, own_weight: float = 0.5,
+                 admit_margin: float | None = 16.0,
                  match_top: int = 4, iteration_query: bool = True,
                  freq_decay_eviction: bool = False, refetch_guard: bool = True,
                  prefetch: bool = True):
@@ -66,7 +68,8 @@ class MoEInfinity(System):
         self.capacity = int_knob(eamc_capacity, "eamc_capacity", lo=1, hi=HISTORY_CAP)
         self.max_proposal = int_knob(max_proposal, "max_proposal", lo=1)
         self.learn_online = bool_knob(learn_online, "learn_online")
-        self.admit_margin = float_knob(admit_margin, "admit_margin", lo=0.0)
+        self.admit_margin = float_knob(admit_margin, "admit_margin", lo=0.0,
+                                       null="off: every prefetch may evict, the paper's rule")
         # more than the collection holds: every stored entry matches
         self.match_top = int_knob(match_top, "match_top", lo=1, hi=HISTORY_CAP)
         self.iteration_query = bool_knob(iteration_query, "iteration_query")
@@ -256,6 +259,8 @@ class MoEInfinity(System):
         exceeds the victim's by more than `admit_margin` standard errors of the difference,
         sqrt(var_in + var_victim). Python floats: the same IEEE operations as
         moe_infinity_propose.admitted's."""
+        if self.admit_margin is None:
+            return True  # the paper's rule: a prefetch evicts the lowest-reuse resident
         var_in, var_victim = self._var_of(incoming), self._var_of(victim)
         gap = float(self.score[incoming]) - float(self.score[victim])
         return gap > self.admit_margin * math.sqrt(var_in + var_victim)
@@ -270,9 +275,12 @@ class MoEInfinity(System):
         """
         if not self.prefetch:
             return
-        victim = self._lowest() if self.n_resident >= self.ctx.capacity_slots else -1
+        # without admission (the paper's rule) nothing filters the proposal: no victim to beat
+        full = self.n_resident >= self.ctx.capacity_slots and self.admit_margin is not None
+        victim = self._lowest() if full else -1
+        margin = 0.0 if self.admit_margin is None else self.admit_margin  # unread without victim
         self.proposal = propose.proposal(self.score, self.weight[layer + 1], self._apen, victim,
-                                         self.admit_margin, self.max_proposal,
+                                         margin, self.max_proposal,
                                          self._var_rows(), self._var_of, self._var_at)
 
     def _var_rows(self) -> tuple[np.ndarray | None, list[int]]:

@@ -27,6 +27,7 @@ from harness.runner.run import load_routing, run_config
 from systems.expert_maps import ExpertMapStore
 from systems.moe_infinity import EAMC, request_eams
 from systems.predictor import NextLayerPredictor
+from systems.variants import VARIANTS
 from workloads.length_tables import LENGTH_TABLES
 from workloads.lengths import draw
 
@@ -36,7 +37,10 @@ from workloads.lengths import draw
 WORKLOAD = ["experiment=table1", "workload.num_requests=6", "workload.prompt_len=48",
             "workload.output_len=6", "calibration_requests=8", "expert_cache_gb=4",
             "progress=false"]
-PER_SYSTEM = {"moe_infinity": ["system.eamc_capacity=5"], "fmoe": ["system.store_capacity=12"]}
+SEED_KNOBS = {"moe_infinity": ["system.eamc_capacity=5"], "fmoe": ["system.store_capacity=12"]}
+# a named variant (systems/variants.py) runs its seed's small store too
+PER_SYSTEM = {**SEED_KNOBS, **{v: SEED_KNOBS[s] for s, vs in VARIANTS.items() if s in SEED_KNOBS
+                             for v in vs}}
 DROPPED = ("timing", "environment")  # wall-clock times; the machine and its libraries
 
 

@@ -280,9 +280,10 @@ def test_frequency_proposes_the_next_layers_most_counted_experts_ties_lowest_id(
     assert np.array_equal(p.counts, [[1, 1, 0, 0], [1, 1, 2, 2]])
 
 
-def test_table1_runs_exactly_the_eight_named_systems():
+def test_table1_runs_exactly_the_named_systems_and_variants():
     """`make reproduce-table1` runs the suite's table1 experiment, whose sweep is
-    system_names(): the eight named systems (written out here, independently of the config
+    system_names(): the eight named systems and the three named variants of seed systems
+    (systems/variants.py), each its own row (written out here, independently of the config
     folder)."""
     import re
 
@@ -296,4 +297,6 @@ def test_table1_runs_exactly_the_eight_named_systems():
     excluded = re.search(r"glob\(\*,exclude=\[([^\]]*)\]\)", TABLE1_GLOB).group(1).split(",")
     assert sorted(excluded) == sorted(NOT_IN_TABLE1)
     assert system_names() == sorted(["no_offload", "on_demand", "layer_offload", "lru",
-                                     "moe_infinity", "fmoe", "diff_moe", "oracle"])
+                                     "moe_infinity", "fmoe", "diff_moe", "oracle",
+                                     "moe_infinity_hysteresis", "fmoe_admission",
+                                     "diff_moe_floor_recency"])

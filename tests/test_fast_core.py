@@ -22,6 +22,7 @@ from harness.sim.copies import EngineError
 from harness.sim.engine import Engine
 from harness.sim.memory import plan_memory
 from systems.base import System
+from systems.variants import VARIANTS
 
 pytestmark = pytest.mark.skipif(not cores.compiled_available(),
                                 reason=f"compiled core not built: {cores.COMPILED_ERROR}")
@@ -40,7 +41,10 @@ COMPOSED = [["system/evictor=lfu", "system/prefetcher=predictor"],
             ["system/evictor=fifo", "system/prefetcher=eamc"],
             ["system/evictor=belady", "system/prefetcher=spec_next_layer"],
             ["system/evictor=lifo_inactive", "system/prefetcher=fmoe_maps"]]
-PER_SYSTEM = {"moe_infinity": ["system.eamc_capacity=5"], "fmoe": ["system.store_capacity=6"]}
+SEED_KNOBS = {"moe_infinity": ["system.eamc_capacity=5"], "fmoe": ["system.store_capacity=6"]}
+# a named variant (systems/variants.py) runs its seed's small store too
+PER_SYSTEM = {**SEED_KNOBS, **{v: SEED_KNOBS[s] for s, vs in VARIANTS.items() if s in SEED_KNOBS
+                             for v in vs}}
 TIMING_FREE = {"oracle", "belady", "belady_bypass", "belady_lookahead"}  # need a fixed schedule
 
 

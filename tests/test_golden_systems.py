@@ -25,6 +25,7 @@ import pytest
 from harness.runner.config import compose_config, system_names
 from harness.runner.parquet_io import read_tables
 from harness.runner.run import run_config
+from systems.variants import VARIANTS
 
 GOLDEN = Path(__file__).with_name("golden") / "system_summaries.json"
 BASE = ["experiment=table1", "workload.prompt_len=48", "workload.output_len=8",
@@ -37,7 +38,10 @@ SETTINGS = {
     "b8_online": ["workload.num_requests=16", "expert_cache_gb=4", "max_batch=8",
                   "arrivals=poisson", "workload.arrivals.rate_rps=4"],
 }
-PER_SYSTEM = {"moe_infinity": ["system.eamc_capacity=5"], "fmoe": ["system.store_capacity=12"]}
+SEED_KNOBS = {"moe_infinity": ["system.eamc_capacity=5"], "fmoe": ["system.store_capacity=12"]}
+# a named variant (systems/variants.py) runs its seed's small store too
+PER_SYSTEM = {**SEED_KNOBS, **{v: SEED_KNOBS[s] for s, vs in VARIANTS.items() if s in SEED_KNOBS
+                             for v in vs}}
 
 
 def table_sha(run_dir: Path) -> str:

@@ -123,6 +123,16 @@ def test_hysteresis_refuses_a_prefetch_within_the_margin():
     assert s.choose_victim(EvictableSet({0, 4, 10, 11}), 5, True, 0.0) == 4
 
 
+def test_without_admission_every_predicted_expert_is_proposed_and_evicts_the_lowest():
+    # The paper's rule (admit_margin null): no comparison with the victim. At layer 0 of 3 the
+    # non-resident keys with reuse > 0 are 5 (.5 * 2/3) and 6 (.25 * 2/3), highest first.
+    s = _full_cache(None)
+    assert s.propose_prefetch(0.0) == [5, 6]
+    # key 7 (reuse 0) still evicts the lowest-reuse resident, key 4 (.25; ties 11, lowest key)
+    assert s.choose_victim(EvictableSet({0, 4, 10, 11}), 7, False, 0.0) == 4
+    assert s.describe()["admit_margin"] is None
+
+
 def test_hysteresis_admits_a_prefetch_beyond_the_margin():
     s = _full_cache(0.5)
     # key 5: gap .25 > .5 * .3307 = .1654: proposed (key 6, gap 0, is not), admitted over key 4
