@@ -31,3 +31,8 @@ def seed_of(name: str) -> str | None:
         if name in variants:
             return seed
     return None
+
+
+def variants_of(seed: str | None) -> tuple[str, ...]:
+    """The named variants of a seed system, in display order; () for any other name."""
+    return VARIANTS.get(seed or "", ())
