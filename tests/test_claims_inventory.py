@@ -118,6 +118,17 @@ def test_ids_are_unique_over_all_files(tmp_path):
            f"{tmp_path / 'fmoe.yaml'}" in text
 
 
+def test_a_paper_continues_in_part_files_after_its_main_file(tmp_path):
+    write(tmp_path, "fmoe.b.yaml", [{**GOOD, "id": "t.c"}])
+    write(tmp_path, "fmoe.a.yaml", [{**GOOD, "id": "t.b"}])
+    write(tmp_path, "fmoe.yaml", [GOOD])
+    write(tmp_path, "moe_infinity.yaml", [{**GOOD, "id": "t.m"}])
+    got = [(c.paper, c.id) for c in load(tmp_path, experiments=EXPS)]
+    # PAPERS order (moe_infinity first), then the main file, then parts by name
+    assert got == [("moe_infinity", "t.m"), ("fmoe", "t.a"), ("fmoe", "t.b"), ("fmoe", "t.c")]
+    assert present(tmp_path) == ["moe_infinity", "fmoe"]
+
+
 @pytest.mark.parametrize("name, text, words", [
     ("fmoe.yaml", "paper: P\nclaims:\n  - id: t.a\n    id: t.b\n", ["key 'id' given twice"]),
     ("fmoe.yaml", "claims: []\n", ["exactly `paper` and `claims`"]),

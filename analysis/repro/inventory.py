@@ -1,7 +1,9 @@
 """The inventory of published claims: what results/claims.md has one row for (docs/claims.md).
 
   inventory/<paper>.yaml   one file per paper (PAPERS): its claims in report order, each with
-                           the experiment that measures it or the reason none can
+                           the experiment that measures it or the reason none can; a long
+                           paper continues in inventory/<paper>.<part>.yaml files (parts in
+                           name order after the main file), so no file grows past a read
   inventory/excluded.yaml  the numbers of ../shared/reference/paper_numbers.md that are not
                            claims (model configs, hardware, setup parameters), with the reason
 
@@ -199,7 +201,7 @@ def _paper_file(path: Path, experiments) -> tuple[list[Claim], list[str]]:
         errors += [f"{path}: {where}: {p}" for p in problems]
         if not problems:
             claims.append(Claim(
-                paper=path.stem, title=data["paper"], id=raw["id"], source=raw["source"],
+                paper=paper_of(path), title=data["paper"], id=raw["id"], source=raw["source"],
                 claim=raw["claim"], kind=raw["kind"], value=raw.get("value"),
                 rule=raw.get("rule"), origin=raw["from"],
                 numbers=tuple(float(n) for n in raw.get("numbers") or []),
@@ -223,13 +225,20 @@ def _raise(errors: list[str]) -> None:
                              "(docs/claims.md):\n  " + "\n  ".join(errors))
 
 
+def paper_of(path: Path) -> str:
+    """The paper a file belongs to: its stem up to the first dot (fmoe.v1.yaml -> fmoe)."""
+    return Path(path).stem.split(".")[0]
+
+
 def _files(folder: Path) -> tuple[list[Path], list[str]]:
     found = sorted(p for p in Path(folder).glob("*") if p.suffix in (".yaml", ".yml"))
-    stray = [f"{p}: not an inventory file (one of {', '.join(PAPERS)} or {EXCLUDED}, "
-             ".yaml)" for p in found if p.suffix != ".yaml" or p.stem not in (*PAPERS,
-                                                                            EXCLUDED)]
-    papers = [Path(folder) / f"{p}.yaml" for p in PAPERS]
-    return [p for p in papers if p.is_file()], stray
+    stray = [f"{p}: not an inventory file (<paper>.yaml or <paper>.<part>.yaml with <paper> "
+             f"one of {', '.join(PAPERS)}, or {EXCLUDED}.yaml)" for p in found
+             if p.suffix != ".yaml" or (paper_of(p) not in PAPERS and p.stem != EXCLUDED)]
+    papers = [p for paper in PAPERS for p in sorted(
+        (f for f in found if f.suffix == ".yaml" and paper_of(f) == paper),
+        key=lambda f: (f.stem != paper, f.name))]
+    return papers, stray
 
 
 def load(folder: Path | None = None, experiments=None) -> list[Claim]:
@@ -292,7 +301,7 @@ def load_excluded(folder: Path | None = None) -> list[Exclusion]:
 def present(folder: Path | None = None) -> list[str]:
     """The papers that have an inventory file, in PAPERS order."""
     root = FOLDER if folder is None else Path(folder)
-    return [p for p in PAPERS if (root / f"{p}.yaml").is_file()]
+    return [p for p in PAPERS if any(paper_of(f) == p for f in root.glob("*.yaml"))]
 
 
 def titles(claims: list[Claim]) -> dict[str, str]:
