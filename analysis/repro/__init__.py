@@ -8,6 +8,9 @@ its runs, table and figure under results/<name>/, and the claims it tests with a
   output.py       tables (markdown, LaTeX, CSV) and figures (PNG, PDF), byte-identical reruns
   verdict.py      reproduced / direction only / not reproduced / not expressible
   registry.py     every experiment, in docs order
+  layout.py       where an experiment's runs go, its seeds, what its report expects there
+  plan.py         the experiments' sweeps times their seeds, expanded into one list of jobs
+  launch.py       that list handed to one Hydra launcher (joblib, Ray, SLURM) at once
   suite.py        `moebench reproduce|report|claims|figures`
   experiments/    one module per experiment
 """

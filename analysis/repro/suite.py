@@ -8,7 +8,7 @@
                                        each experiment's report
   moebench report NAME... | all [--seeds N]     results/<name>/<name>.{md,tex,csv,png,pdf}
   moebench claims                               results/claims.{md,csv} from every experiment
-  moebench figures                              every report, then the claims (no run)
+  moebench figures [--seeds N]                  every report, then the claims (no run)
 
 Reports read result.json files only: rebuilding them reruns nothing, and the same results
 give the same bytes.
