@@ -2,8 +2,8 @@
 #   make reproduce-table1    # MoE-Infinity Table 1 setting, every system, simulated, offline
 #   make test                # the test suite (two workers; `make fault-matrix`: the slow ones)
 # The reproduction suite (docs/reproduction.md): make reproduce-<experiment> for one published
-# table or figure, make reproduce-all for every one, make figures to rebuild every table,
-# figure and results/claims.md from the results alone.
+# table or figure, make reproduce-all for every one (make reproduce-quick: at one seed), make
+# figures to rebuild every table, figure and results/claims.md from the results alone.
 # Each creates .venv when it is missing. `make test` also installs the real-backend and
 # embedding extras (torch first: TORCH_PIP, default the pinned CPU-or-CUDA wheel torch==2.13.0).
 
@@ -18,7 +18,8 @@ TEST_STAMP := $(VENV)/.installed-test
 TORCH_PIP ?= torch==2.13.0
 PIP := $(PY) -m pip install --quiet --disable-pip-version-check
 
-.PHONY: reproduce-table1 reproduce-zoo reproduce-all figures audit-prefetch test fault-matrix \
+.PHONY: reproduce-table1 reproduce-zoo reproduce-all reproduce-quick figures audit-prefetch test \
+	fault-matrix \
 	lint bench-sim bench-policies bench-behaviour bench-backend bench-memory clean-results
 
 # setup.py compiles the engine's fast core (harness/sim/fast_*.pyx) and the policies' optional
@@ -46,22 +47,37 @@ $(TEST_STAMP): $(STAMP)
 # tex,csv,png,pdf}. With ROUTING: that trace's runs, table and figure in a folder of their
 # own, results/table1-routing=<file>@<hash>/ (never beside the pinned runs).
 reproduce-table1: $(STAMP)
-	$(MOEBENCH) reproduce table1 --jobs $(JOBS) $(if $(FRESH),--fresh) \
+	$(MOEBENCH) reproduce table1 $(SUITE_ARGS) $(if $(FRESH),--fresh) \
 		$(if $(ROUTING),--override routing=$(abspath $(ROUTING)))
 
-# One experiment of the reproduction suite (analysis/repro/experiments/<name>.py): its runs
-# (resumable, failure-isolated, JOBS parallel), then results/<name>/<name>.{md,tex,csv,png,pdf}.
+# One experiment of the reproduction suite (analysis/repro/experiments/<name>.py): its runs at
+# every seed (resumable, failure-isolated, JOBS parallel), then
+# results/<name>/<name>.{md,tex,csv,png,pdf}. SEEDS=N: the first N seeds only.
+# LAUNCHER=joblib (default) | ray | submitit_local | submitit_slurm: the Hydra launcher that
+# gets every run at once; LAUNCHER_ARGS="ray.init.address=auto" (space-separated KEY=VALUE)
+# its settings (docs/reproduction.md, "Running the suite on a cluster").
 # The suite needs the test environment's extras: fMoE's experiments embed real prompts
 # (torch, transformers and the all-MiniLM-L6-v2 package).
 JOBS ?= 2
+LAUNCHER ?= joblib
+SUITE_ARGS = --jobs $(JOBS) --launcher $(LAUNCHER) $(if $(SEEDS),--seeds $(SEEDS)) \
+	$(foreach arg,$(LAUNCHER_ARGS),--launcher-arg $(arg))
 reproduce-%: $(TEST_STAMP)
-	$(MOEBENCH) reproduce $* --jobs $(JOBS) $(if $(FRESH),--fresh)
+	$(MOEBENCH) reproduce $* $(SUITE_ARGS) $(if $(FRESH),--fresh)
 
-# Every experiment, then every table and figure and results/claims.md.
+# Every experiment as one sweep (every run handed to the launcher at once), then every table
+# and figure and results/claims.md.
 reproduce-all: $(TEST_STAMP)
 	$(if $(FRESH),$(MAKE) clean-results)
-	$(MOEBENCH) reproduce all --jobs $(JOBS)
-	$(MOEBENCH) figures
+	$(MOEBENCH) reproduce all $(SUITE_ARGS)
+	$(MOEBENCH) figures $(if $(SEEDS),--seeds $(SEEDS))
+
+# Every experiment at one seed (today's sizes otherwise), then the tables, figures and claims
+# of those runs: a first look in minutes (docs/reproduction.md has the time).
+reproduce-quick: $(TEST_STAMP)
+	$(if $(FRESH),$(MAKE) clean-results)
+	$(MOEBENCH) reproduce all $(SUITE_ARGS) --seeds 1
+	$(MOEBENCH) figures --seeds 1
 
 # Rebuild every table, figure and results/claims.md from results/ (no run; same bytes).
 figures: $(STAMP)

@@ -56,6 +56,11 @@ def _complete_but(missing_layer: int) -> str:
                   *[_rec(1, lay) for lay in range(L) if lay != missing_layer])
 
 
+def _reproduce(options: tuple[str, ...], error: str, case_id: str) -> Case:
+    return Case(case_id, {}, ("reproduce", "eamc_capacity", "--results", "{results}", *options),
+                error)
+
+
 NAN = float("nan")
 IMPORTS = [
     _imp("in.jsonl", _jsonl(_rec(0), _rec(1, weights=[NAN, .1, .1, .1, .1, .1])),
@@ -342,6 +347,18 @@ TOP = [  # top-level keys and the result store (harness/runner/runconfig.py, sto
          r"runs/bad/result\.json: not a readable result\.json"),
     Case("table1-no-runs", {"runs/.x.tmp-h-1/result.json": "{}"}, ("table1", "{dir}/runs"),
          r"no \*/result\.json"),
+    # `moebench reproduce`: its launcher and seed options are checked before any run
+    _reproduce(("--launcher", "slurm"), r"argument --launcher: invalid choice: 'slurm'",
+               "reproduce-unknown-launcher"),
+    _reproduce(("--seeds", "0"), r"--seeds: 0; between 1 and 5", "reproduce-seeds-zero"),
+    _reproduce(("--seeds", "6"), r"--seeds: 6; between 1 and 5", "reproduce-seeds-too-many"),
+    _reproduce(("--seeds", "two"), r"argument --seeds: invalid int", "reproduce-seeds-text"),
+    _reproduce(("--launcher-arg", "n_jobs"), r"--launcher-arg: 'n_jobs' is not KEY=VALUE",
+               "reproduce-launcher-arg-no-value"),
+    _reproduce(("--launcher-arg", "n_jobs=1,2"),
+               r"--launcher-arg: 'n_jobs=1,2': one value, not a sweep",
+               "reproduce-launcher-arg-sweep"),
+    _reproduce(("--jobs", "0"), r"--jobs: 0; at least 1", "reproduce-jobs-zero"),
 ]
 
 CASES = IMPORTS + TRACES + ARRIVALS + CONFIG + TOP

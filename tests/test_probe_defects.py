@@ -186,15 +186,17 @@ def test_import_routing_refuses_an_output_that_is_no_new_file(tmp_path, capsys, 
 def test_reproduce_reports_a_sweep_that_started_no_run(tmp_path, monkeypatch, capsys):
     from analysis.repro import suite
 
-    monkeypatch.setattr(suite, "_launcher", lambda jobs: ["hydra/launcher=no_such_launcher"])
+    monkeypatch.setattr(suite, "launcher_overrides",
+                        lambda *a: ["hydra/launcher=no_such_launcher"])
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("MOEBENCH_SHARED_DATA", str(tmp_path / "absent"))
-    code = suite.reproduce("table1", 2, tmp_path / "r", ["workload.num_requests=2"])
+    code = suite.reproduce(["table1"], tmp_path / "r", ["workload.num_requests=2"])
     err = capsys.readouterr().err
     assert code != 0
     assert "the sweep stopped before any run started" in err
     assert "some runs failed" not in err
-    assert os.path.isdir(tmp_path / "r") is False or not list((tmp_path / "r").rglob("*.json"))
+    # nothing written, not even the sweep's hidden state folder
+    assert os.path.isdir(tmp_path / "r") is False or not list((tmp_path / "r").rglob("*"))
 
 
 def test_fresh_deletes_only_the_folders_it_writes(tmp_path, monkeypatch):
@@ -206,7 +208,7 @@ def test_fresh_deletes_only_the_folders_it_writes(tmp_path, monkeypatch):
                    results / "zoo"):
         folder.mkdir(parents=True)
         (folder / "keep.txt").write_text("x")
-    monkeypatch.setattr(suite, "_sweep", lambda *a: None)  # no run: only the deletion counts
+    monkeypatch.setattr(suite, "run_jobs", lambda *a: None)  # no run: only the deletion counts
     monkeypatch.setenv("MOEBENCH_SHARED_DATA", str(tmp_path / "absent"))
-    suite.reproduce("table1", 1, results, ["workload.num_requests=2"], fresh=True)
+    suite.reproduce(["table1"], results, ["workload.num_requests=2"], jobs=1, fresh=True)
     assert sorted(p.name for p in results.iterdir()) == ["table1", "zoo"]

@@ -10,6 +10,9 @@ its runs, table and figure under results/<name>/, and the claims it tests with a
   inventory.py    every published claim, per paper (inventory/*.yaml; docs/claims.md)
   claims.py       results/claims.{md,csv}: one row per inventory entry (claims_table.py)
   registry.py     every experiment, in docs order
+  layout.py       where an experiment's runs go, its seeds, what its report expects there
+  plan.py         the experiments' sweeps times their seeds, expanded into one list of jobs
+  launch.py       that list handed to one Hydra launcher (joblib, Ray, SLURM) at once
   suite.py        `moebench reproduce|report|claims|figures`
   experiments/    one module per experiment
 """

@@ -42,8 +42,8 @@ def routing_of(result: dict) -> str:
 
 
 def run_rows(results: list[dict]) -> list[dict]:
-    """One dict per run: system, status, routing, model, hardware, every config key that
-    varies between the runs (dotted), the expert cache in GiB, METRICS."""
+    """One dict per run: system, status, routing, model, hardware, the seed, every config
+    key that varies between the runs (dotted), the expert cache in GiB, METRICS."""
     flat = [flatten(r["config"]) for r in results]
     keys = sorted({k for f in flat for k in f})
     varying = [k for k in keys if not any(k == s or k.startswith(f"{s}.") for s in _SKIP)
@@ -55,7 +55,8 @@ def run_rows(results: list[dict]) -> list[dict]:
                "reason": r.get("reason"), "routing": routing_of(r),
                "model": (r.get("model") or {}).get("name"), "hardware": r.get("hardware"),
                "expert_cache_gib": (r.get("memory") or {}).get("expert_cache_bytes", 0) / 2**30,
-               "requests": (r.get("trace") or {}).get("num_requests")}
+               "requests": (r.get("trace") or {}).get("num_requests"),
+               "seed": f.get("seed")}  # a column even where one seed ran (reports group by it)
         row.update({k: f.get(k) for k in varying if k not in row})
         row.update({col: _metric(m, key) for col, key in METRICS.items()})
         row["_result"] = r

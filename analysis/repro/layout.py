@@ -5,15 +5,16 @@
   results/<name>-<k>=<v>/  the same sweeps with other settings (`--override k=v`): a folder of
                            their own (harness/runner/overrides.py); results/<name>_real-<k>=<v>/
 
-A folder that one sweep wrote holds Hydra's multirun.yaml, which names its axes and rows
-(analysis/runs.py). A folder that several sweeps wrote keeps only the last one's, so its
-report takes the axes (every key the sweeps set besides the system) and the expected number
-of runs from the experiment's sweeps (`sweep_plan`).
+Every sweep runs at the experiment's seeds (analysis/repro/spec.py, `seeds`) unless it sets
+`seed` itself: `seed` is an axis of every folder. A folder's multirun.yaml records one
+sweep only (the last that wrote it), so its report takes the axes and the expected number
+of runs from the experiment's sweeps and the seeds asked for (`sweep_plan`).
 """
 
 from __future__ import annotations
 
 from analysis.repro.registry import EXPERIMENTS
+from analysis.repro.spec import Experiment, Sweep
 from harness.runner.overrides import experiment_folder, parse
 from harness.runner.sweep_size import sweep_size
 
@@ -26,29 +27,47 @@ def folders(name: str, override: list[str]) -> tuple[str, str]:
     return base, f"{name}_real{base[len(name):]}"
 
 
-def sweep_plan(name: str, override: list[str], real: bool) -> tuple[list[str] | None,
-                                                                      int | None]:
-    """(axes, expected run count) for a folder several sweeps wrote; (None, None) where one
-    sweep did, whose multirun.yaml then names its axes and rows."""
-    sweeps = [s for s in EXPERIMENTS[name].sweeps if s.real == real]
-    if len(sweeps) <= 1:
-        return None, None
-    keys = {i.key.replace("/", ".") for s in sweeps for i in parse(list(s.overrides))}
-    sizes = [sweep_size([f"experiment={name}", *s.overrides, *override]) for s in sweeps]
-    total = None if any(n is None for n in sizes) else sum(sizes)
-    return sorted(keys - {"system"}), total
+def chosen_seeds(exp: Experiment, n: int | None) -> tuple[int, ...]:
+    """The experiment's first `n` seeds (all of them for None)."""
+    return exp.seeds if n is None else exp.seeds[:n]
+
+
+def seeded(sweep: Sweep, seeds: tuple[int, ...], override: list[str] = ()) -> tuple[str, ...]:
+    """The sweep's overrides with the seed axis: `seed=0,1,...` added unless the sweep or the
+    command's overrides set `seed` (workload_shift's sweeps pin theirs)."""
+    if not seeds or any(i.key == "seed" for i in parse([*sweep.overrides, *override])):
+        return tuple(sweep.overrides)
+    return (*sweep.overrides, "seed=" + ",".join(str(s) for s in seeds))
+
+
+def sweep_plan(name: str, override: list[str], real: bool,
+               n_seeds: int | None = None) -> tuple[list[str], int | None]:
+    """(axes, expected run count) of one of the experiment's folders when its first
+    `n_seeds` seeds ran (None: all). The axes: `seed` and the keys the sweeps sweep, or,
+    for a folder several sweeps write, every key they set (one sweep's constant is another's
+    axis); the system is the row. The count: the sum of the sweeps' sizes (None when one
+    does not parse)."""
+    exp = EXPERIMENTS[name]
+    sweeps = [seeded(s, chosen_seeds(exp, n_seeds), override)
+              for s in exp.sweeps if s.real == real]
+    items = [i for s in sweeps for i in parse(list(s))]
+    keys = {i.key.replace("/", ".") for i in items if i.sweep or len(sweeps) > 1}
+    sizes = [sweep_size([f"experiment={name}", *s, *override]) for s in sweeps]
+    total = None if not sizes or any(n is None for n in sizes) else sum(sizes)
+    return sorted((keys | {"seed"}) - {"system"}), total
 
 
 def experiment_frame(name: str, results, override: list[str] = (), real: bool = False, *,
-                     allow_mixed: bool = False, allow_partial: bool = False):
+                     allow_mixed: bool = False, allow_partial: bool = False,
+                     n_seeds: int | None = None):
     """The checked runs of one of the experiment's folders (analysis/repro/frame.py,
     `checked_frame`: ReportError when they are mixed, absent or incomplete without
-    allow_partial)."""
+    allow_partial) when its first `n_seeds` seeds ran (None: all)."""
     from pathlib import Path
 
     from analysis.repro.frame import checked_frame
 
     folder = Path(results) / folders(name, list(override))[int(real)]
-    axes, count = sweep_plan(name, list(override), real)
+    axes, count = sweep_plan(name, list(override), real, n_seeds)
     return checked_frame(folder, axes=axes, expected_count=count, allow_mixed=allow_mixed,
                          allow_partial=allow_partial)

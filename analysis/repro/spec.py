@@ -12,6 +12,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+# The seeds every sweep runs at unless it sets `seed` itself (analysis/repro/plan.py);
+# `moebench reproduce --seeds N` runs the first N
+SEEDS: tuple[int, ...] = (0, 1, 2, 3, 4)
+
 
 @dataclass(frozen=True)
 class Sweep:
@@ -39,3 +43,4 @@ class Experiment:
     cannot_express: tuple[str, ...] = ()  # what the simulator does not model here
     real_model: str | None = None  # deepseek_v2_lite or mixtral_8x7b: a real sample exists
     notes: tuple[str, ...] = field(default=())  # printed under the table
+    seeds: tuple[int, ...] = SEEDS  # `seed=` of every sweep that does not set it itself

@@ -1,11 +1,14 @@
 """`moebench reproduce|report|claims|figures`: run the experiments, rebuild their outputs.
 
-  moebench reproduce NAME... | all [--jobs N]   run each experiment's sweeps (resumable and
-                                                failure-isolated: harness/runner/sweep.py;
-                                                joblib launcher with N jobs), then its report
-  moebench report NAME... | all                 results/<name>/<name>.{md,tex,csv,png,pdf}
+  moebench reproduce NAME... | all [--jobs N] [--seeds N] [--launcher L [--launcher-arg K=V]]
+                                       every run of the experiments' sweeps at their seeds
+                                       as one sweep (analysis/repro/plan.py; resumable and
+                                       failure-isolated: harness/runner/sweep.py) through
+                                       one launcher call (analysis/repro/launch.py), then
+                                       each experiment's report
+  moebench report NAME... | all [--seeds N]     results/<name>/<name>.{md,tex,csv,png,pdf}
   moebench claims                               results/claims.{md,csv} from every experiment
-  moebench figures                              every report, then the claims (no run)
+  moebench figures [--seeds N]                  every report, then the claims (no run)
 
 Reports read result.json files only: rebuilding them reruns nothing, and the same results
 give the same bytes.
@@ -14,54 +17,28 @@ give the same bytes.
 from __future__ import annotations
 
 import argparse
-import json
 import shutil
-import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 from analysis.repro.frame import checked_frame
+from analysis.repro.launch import LAUNCHERS, launcher_overrides, run_jobs
 from analysis.repro.layout import folders, sweep_plan
 from analysis.repro.output import write_figure, write_table
-from analysis.repro.real import real_overrides
+from analysis.repro.plan import (
+    describe,
+    expand_calls,
+    launcher_settings,
+    real_calls,
+    records,
+    synthetic_calls,
+)
 from analysis.repro.registry import EXPERIMENTS, names
+from analysis.repro.spec import SEEDS
 from analysis.runs import ReportError
 from core.specs import SpecError
-from harness.runner.overrides import assign, parse
-from harness.runner.parent import launching
-from harness.runner.sweep import COUNTS_ENV
-
-JOBLIB = "hydra_plugins.hydra_joblib_launcher"  # the joblib launcher's plug-in module
-
-
-def _launcher(jobs: int) -> list[str]:
-    if jobs <= 1:
-        return []
-    import importlib.util
-
-    if importlib.util.find_spec(JOBLIB) is None:
-        print(f"reproduce: the joblib launcher is not installed ({JOBLIB}); running the jobs "
-              "one at a time with Hydra's basic launcher", flush=True)
-        return []
-    return ["hydra/launcher=joblib", f"hydra.launcher.n_jobs={jobs}"]
-
-
-def _sweep(name: str, overrides: tuple[str, ...], jobs: int, extra: list[str]) -> dict | None:
-    """Run one sweep in a child `moebench -m`; its outcome counts, or None when it stopped
-    before its first job (a config Hydra cannot compose, a launcher it cannot find)."""
-    cmd = [sys.executable, "-m", "moebench.cli", "-m", f"experiment={name}", *overrides,
-           *extra, "progress=false", *_launcher(jobs)]
-    print(f"reproduce {name}: {' '.join(cmd[3:])}", flush=True)
-    with tempfile.TemporaryDirectory(prefix="moebench-sweep-") as tmp:
-        counts = Path(tmp) / "counts.json"
-        code = subprocess.run(cmd, env={**launching(), COUNTS_ENV: str(counts)}).returncode
-        if not counts.is_file():
-            return None
-        out = json.loads(counts.read_text())
-    out["code"] = code
-    return out
+from harness.runner.overrides import parse
 
 
 def _fresh(results: Path, folder: str) -> None:
@@ -72,60 +49,64 @@ def _fresh(results: Path, folder: str) -> None:
         shutil.rmtree(path)
 
 
-def reproduce(name: str, jobs: int, results: Path, override: list[str],
-              fresh: bool = False) -> int:
-    """Run every sweep of `name` (a failed sweep does not stop the others), then report."""
-    exp, status, t0 = EXPERIMENTS[name], 0, time.perf_counter()
-    main_dir, real_dir = folders(name, override)
-    own_routing = any(i.key == "routing" for i in parse(override))
+def reproduce(names: list[str], results: Path, override: list[str], *, jobs: int = 2,
+              launcher: str = "joblib", launcher_args: list[str] = (),
+              n_seeds: int | None = None, fresh: bool = False) -> int:
+    """Every run of the experiments `names` (their sweeps times their seeds) as ONE sweep
+    through the launcher (a failed run does not stop the others), then each experiment's
+    report. Bad input (a launcher that cannot be used, a sweep `moebench -m` would refuse):
+    exit 2, nothing written."""
+    t0 = time.perf_counter()
+    try:
+        hydra_overrides = [*launcher_overrides(launcher, jobs, list(launcher_args)),
+                           *launcher_settings(override)]
+        synthetic = {n: synthetic_calls(n, results, override, n_seeds) for n in names}
+        jobs = expand_calls([c for n in names for c in synthetic[n]])
+    except SpecError as exc:
+        print(f"reproduce: error: {exc}", file=sys.stderr, flush=True)
+        return 2
     if fresh:
-        for folder in (main_dir, real_dir):
-            _fresh(results, folder)
-    counts = {"done": 0, "failed": 0, "skipped": 0}
-    for sweep in exp.sweeps:
-        extra = [f"results_dir={results}", *override, assign("experiment_name", main_dir)]
-        if sweep.real:
-            if own_routing:
-                print(f"reproduce {name}: real-routing sweep skipped: routing= is given",
-                      flush=True)
-                continue
-            try:
-                real = real_overrides(exp, results)
-            except ReportError as exc:  # the sample is there but does not import
-                print(f"reproduce {name}: real-routing sweep skipped: {exc}", flush=True)
-                status = 1
-                continue
-            if real is None:
-                print(f"reproduce {name}: real-routing sweep skipped: the shared sample for "
-                      f"{exp.real_model} is absent (MOEBENCH_SHARED_DATA)", flush=True)
-                continue
-            # the sample fixes its requests: a request count override is not for it
-            kept = [o for o in override if not o.startswith("workload.num_requests=")]
-            extra = [f"results_dir={results}", *kept, *real, assign("experiment_name", real_dir)]
-        got = _sweep(name, sweep.overrides, jobs, extra)
-        if got is None:
-            print(f"reproduce {name}: error: the sweep stopped before any run started "
-                  "(its message is above); no run of it was made", file=sys.stderr, flush=True)
-            status = 1
-            continue
-        for key in counts:
-            counts[key] += got.get(key, 0)
+        for name in names:
+            for folder in folders(name, override):
+                _fresh(results, folder)
+    calls, real, status = [], [], 0
+    for name in names:
+        own, code = real_calls(name, results, override, n_seeds)
+        calls += [*synthetic[name], *own]
+        real += own
+        status |= code
+    describe(calls)
+    jobs = expand_calls(real, before=jobs)
+    got = run_jobs(jobs, records(calls, results), results, hydra_overrides)
+    if got is None:
+        print("reproduce: error: the sweep stopped before any run started (its message is "
+              "above); no run of it was made", file=sys.stderr, flush=True)
+        status = 1
+    else:
         status |= got["code"] != 0
-    print(f"reproduce {name}: sweeps done in {time.perf_counter() - t0:.0f} s: "
-          f"{counts['done']} done, {counts['failed']} failed, {counts['skipped']} skipped",
-          flush=True)
-    return max(status, report(name, results, override, allow_partial=True))
+        for name in names:
+            own = [got["folders"].get(f, {}) for f in folders(name, override)]
+            print(f"reproduce {name}: " + ", ".join(
+                f"{sum(c.get(k, 0) for c in own)} {k}" for k in ("done", "failed", "skipped")),
+                flush=True)
+        print(f"reproduce: sweep done in {time.perf_counter() - t0:.0f} s: {got['done']} done, "
+              f"{got['failed']} failed, {got['skipped']} skipped", flush=True)
+    for name in names:
+        status = max(status, report(name, results, override, allow_partial=True,
+                                    n_seeds=n_seeds))
+    return status
 
 
 def report(name: str, results: Path, override: list[str] = (), *, allow_mixed: bool = False,
-           allow_partial: bool = False) -> int:
+           allow_partial: bool = False, n_seeds: int | None = None) -> int:
     """The experiment's table and figure from its folder, and from its real-sample folder
-    when that exists (a table and figure of its own)."""
+    when that exists (a table and figure of its own); complete when the first `n_seeds`
+    seeds ran (None: all)."""
     status = 0
     for folder, real in zip(folders(name, list(override)), (False, True)):
         if real and not (results / folder).is_dir():
             continue
-        axes, count = sweep_plan(name, list(override), real)
+        axes, count = sweep_plan(name, list(override), real, n_seeds)
         status = max(status, report_folder(name, results / folder, axes=axes,
                                            expected_count=count, allow_mixed=allow_mixed,
                                            allow_partial=allow_partial))
@@ -168,44 +149,62 @@ def claims(results: Path) -> int:
     return write_claims(results)
 
 
-def main(argv: list[str]) -> int:
+def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="moebench reproduce|report|claims|figures")
     ap.add_argument("command", choices=("reproduce", "report", "claims", "figures"))
     ap.add_argument("names", nargs="*", help=f"experiments or 'all': {', '.join(names())}")
-    ap.add_argument("--jobs", type=int, default=2, help="parallel runs per sweep (joblib)")
+    ap.add_argument("--jobs", type=int, default=2,
+                    help="reproduce: runs at a time with the joblib launcher (1: one after "
+                         "another, Hydra's basic launcher)")
+    ap.add_argument("--launcher", default="joblib", choices=tuple(LAUNCHERS),
+                    help="reproduce: the Hydra launcher that gets every run at once "
+                         "(docs/reproduction.md, 'Running the suite on a cluster')")
+    ap.add_argument("--launcher-arg", action="append", default=[], metavar="KEY=VALUE",
+                    help="reproduce: a setting of the launcher, hydra.launcher.KEY (e.g. "
+                         "ray.init.address=auto, partition=cpu, timeout_min=120)")
+    ap.add_argument("--seeds", type=int, default=None, metavar="N",
+                    help=f"reproduce, report, figures: the first N of the seeds {SEEDS} "
+                         "(default: all); a sweep that sets its seed keeps it")
     ap.add_argument("--results", default="results", help="results folder (default: results)")
     ap.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
                     help="reproduce, report: a Hydra override added to every sweep, for a "
                          "quick look (e.g. workload.num_requests=20); such runs differ from "
                          "the pinned setting and go to a folder of their own, "
-                         "results/<name>-<key>=<value>/")
+                         "results/<name>-<key>=<value>/ (hydra.launcher.KEY=VALUE: a "
+                         "launcher setting)")
     ap.add_argument("--fresh", action="store_true",
                     help="reproduce: delete the folders this command writes first")
     ap.add_argument("--allow-mixed", action="store_true",
                     help="report: tabulate runs that differ in other keys (noted)")
     ap.add_argument("--allow-partial", action="store_true",
                     help="report: tabulate a folder with missing runs (marked PARTIAL)")
+    return ap
+
+
+def main(argv: list[str]) -> int:
+    ap = _parser()
     args = ap.parse_args(argv)
     results = Path(args.results)
     chosen = names() if args.names in ([], ["all"]) else args.names
     bad = [n for n in chosen if n not in EXPERIMENTS]
     if bad:
         ap.error(f"unknown experiments {bad}; known: {', '.join(names())}")
+    if args.seeds is not None and not 1 <= args.seeds <= len(SEEDS):
+        ap.error(f"--seeds: {args.seeds}; between 1 and {len(SEEDS)} (the seeds {SEEDS})")
     try:
         parse(args.override)
     except SpecError as exc:
         ap.error(str(exc))
     if args.command == "claims":
         return claims(results)
-    status = 0
-    for name in chosen:
-        if args.command == "reproduce":
-            code = reproduce(name, args.jobs, results, args.override, args.fresh)
-        else:
-            # figures rebuilds whatever ran: an incomplete folder's table is marked PARTIAL
-            code = report(name, results, args.override, allow_mixed=args.allow_mixed,
-                          allow_partial=args.allow_partial or args.command == "figures")
-        status = max(status, code)
+    if args.command == "reproduce":
+        return reproduce(chosen, results, args.override, jobs=args.jobs,
+                         launcher=args.launcher, launcher_args=args.launcher_arg,
+                         n_seeds=args.seeds, fresh=args.fresh)
+    # figures rebuilds whatever ran: an incomplete folder's table is marked PARTIAL
+    status = max([report(name, results, args.override, allow_mixed=args.allow_mixed,
+                         allow_partial=args.allow_partial or args.command == "figures",
+                         n_seeds=args.seeds) for name in chosen])
     if args.command == "figures":
         status = max(status, claims(results))
     return status

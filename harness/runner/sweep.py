@@ -30,6 +30,7 @@ import shutil
 import socket
 import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 from hydra.experimental.callback import Callback
@@ -56,6 +57,9 @@ STATE_ENV, TOTAL_ENV, START_ENV = ("MOEBENCH_SWEEP_STATE", "MOEBENCH_SWEEP_TOTAL
 # A file the sweep writes its counts to when it ends (`moebench reproduce` reads it: a sweep
 # that never got there stopped before its first job)
 COUNTS_ENV = "MOEBENCH_SWEEP_COUNTS"
+# The directory a job-file sweep was started in (hydra_plugins/moebench_job_sweeper): a job
+# run elsewhere (a Ray worker) works there, where its config's relative paths point
+CWD_ENV = "MOEBENCH_SWEEP_CWD"
 LAST: dict = {}  # the last sweep's counts in this process (moebench/cli.py sets the exit code)
 
 
@@ -138,6 +142,26 @@ def run_job(cfg: dict, *, multirun: bool, system_name: str | None, job_num: int 
     Every key is checked before anything with a side effect (the BLAS cap, the timer, the
     lock, the trace cache); the logger runs after the job's `timeout_s`, bounded by its own
     `logger.timeout_s`."""
+    with _sweep_cwd():
+        return _run_job(cfg, multirun=multirun, system_name=system_name, job_num=job_num)
+
+
+@contextmanager
+def _sweep_cwd():
+    """Work in the directory the sweep was started in (CWD_ENV) for the job's length; the
+    process's own directory is back afterwards (a Ray worker runs other jobs too)."""
+    target, before = os.environ.get(CWD_ENV), os.getcwd()
+    if not target or Path(target) == Path(before):
+        yield
+        return
+    os.chdir(target)  # a missing directory raises: the worker cannot see the sweep's files
+    try:
+        yield
+    finally:
+        os.chdir(before)
+
+
+def _run_job(cfg: dict, *, multirun: bool, system_name: str | None, job_num: int) -> dict:
     from harness.runner.run import run_config
 
     t0 = time.perf_counter()
@@ -256,6 +280,22 @@ def summarize(state: Path, total: int | None, elapsed_s: float) -> tuple[dict, l
     return counts, lines
 
 
+def folder_counts(state: Path) -> dict[str, dict]:
+    """{experiment folder name: counts} of the outcomes that name a run folder (a suite's
+    one sweep spans many experiment folders; `moebench reproduce` reports each)."""
+    out: dict[str, dict] = {}
+    for path in sorted(Path(state).glob("job-*.json")):
+        try:
+            outcome = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        if outcome.get("run_dir") and outcome.get("status") in ("done", "failed", "skipped"):
+            counts = out.setdefault(Path(outcome["run_dir"]).parent.name,
+                                    {"done": 0, "failed": 0, "skipped": 0})
+            counts[outcome["status"]] += 1
+    return out
+
+
 def _clean_dead_states(sweep_dir: Path) -> None:
     """Remove the state folders of this host's sweeps whose process is gone (killed)."""
     prefix = f".sweep-{socket.gethostname()}-"
@@ -277,20 +317,31 @@ def _remove_state(folder: Path) -> None:
     shutil.rmtree(folder, ignore_errors=True)
 
 
+def state_folder(sweep_dir: Path, pid: int) -> Path:
+    """The state folder of the sweep run by process `pid` on this host."""
+    return Path(sweep_dir).resolve() / f".sweep-{socket.gethostname()}-{pid}"
+
+
+def discard_state(sweep_dir: Path, pid: int) -> None:
+    """Remove the state folder of a sweep that stopped before it ended (its callback never
+    ran): `moebench reproduce` after a sweep that started no run."""
+    _remove_state(state_folder(sweep_dir, pid))
+
+
 class SweepCallback(Callback):
     """Hydra callback (conf/config.yaml, hydra.callbacks): opens the sweep's state folder
     before the first job, prints the summary after the last."""
 
     def on_multirun_start(self, config, **kwargs) -> None:
-        from harness.runner.sweep_size import sweep_size
+        from harness.runner.sweep_size import sweep_total
 
         sweep_dir = Path(str(config.hydra.sweep.dir)).resolve()
         _clean_dead_states(sweep_dir)
-        state = sweep_dir / f".sweep-{socket.gethostname()}-{os.getpid()}"
+        state = state_folder(sweep_dir, os.getpid())
         state.mkdir(parents=True, exist_ok=True)
         for old in state.glob("job-*.json"):  # a pid reused on this host: start clean
             old.unlink()
-        total = sweep_size(list(config.hydra.overrides.task))
+        total = sweep_total(config)
         os.environ[STATE_ENV], os.environ[START_ENV] = str(state), repr(time.time())
         os.environ[PARENT_ENV] = str(os.getpid())  # workers stop when this process dies
         os.environ[TOTAL_ENV] = "" if total is None else str(total)
@@ -309,5 +360,5 @@ class SweepCallback(Callback):
         LAST.clear()
         LAST.update(counts)
         if os.environ.get(COUNTS_ENV):
-            write_json(os.environ[COUNTS_ENV], counts)
+            write_json(os.environ[COUNTS_ENV], {**counts, "folders": folder_counts(Path(state))})
         _remove_state(Path(state))

@@ -31,3 +31,12 @@ def sweep_size(task_overrides: list[str]) -> int | None:
         return total
     except Exception:  # noqa: BLE001 (any parse problem: Hydra itself reports real errors)
         return None
+
+
+def sweep_total(config) -> int | None:
+    """The N of a sweep about to start: its job file's length (hydra/sweeper=job_file), else
+    the product of its command line's sweep overrides."""
+    from harness.runner.sweep_jobs import job_count
+
+    count = job_count(config)
+    return count if count is not None else sweep_size(list(config.hydra.overrides.task))
