@@ -20,7 +20,8 @@ from harness.runner.sweep import folder_counts
 from harness.runner.sweep_jobs import expand, read_job_file, write_job_file
 from harness.runner.sweep_size import sweep_total
 
-TABLE1_SYSTEMS = ["diff_moe", "fmoe", "layer_offload", "lru", "moe_infinity", "no_offload",
+TABLE1_SYSTEMS = ["diff_moe", "diff_moe_floor_recency", "fmoe", "fmoe_admission",
+                  "layer_offload", "lru", "moe_infinity", "moe_infinity_hysteresis", "no_offload",
                   "on_demand", "oracle"]
 
 
@@ -56,6 +57,8 @@ def test_seeds_are_added_unless_the_sweep_or_the_command_sets_them():
     assert seeded(plain, (0,), ["seed=9"]) == ("system=lru,on_demand",)
     own = Sweep(("model=arctic", "seed=0,1,2"))
     assert seeded(own, SEEDS) == ("model=arctic", "seed=0,1,2")
+    # a real sample fixes its requests: one seed, its replicates are the requests
+    assert seeded(Sweep(("system=lru",), real=True), SEEDS) == ("system=lru", "seed=0")
 
 
 def test_table1_jobs_one_seed(tmp_path):
@@ -101,8 +104,8 @@ def test_jobs_are_listed_once_and_in_order():
 def test_every_experiment_at_one_seed_and_at_five():
     one = expand_calls([c for n in EXPERIMENTS for c in synthetic_calls(n, Path("r"), [], 1)])
     five = expand_calls([c for n in EXPERIMENTS for c in synthetic_calls(n, Path("r"), [], None)])
-    # workload_shift's 31 runs pin their seeds; the other 238 synthetic runs take 1 or 5
-    assert (len(one), len(five)) == (269, 31 + 5 * 238)
+    # no sweep pins its seeds any more: every synthetic run takes 1 or 5
+    assert (len(one), len(five)) == (316, 5 * 316)
 
 
 def test_a_sweep_moebench_m_refuses_is_refused_before_anything():
@@ -128,9 +131,10 @@ def test_records_name_the_last_sweep_of_each_folder():
 
 
 @pytest.mark.parametrize("name, real, seeds, expected", [
-    ("table1", False, None, (["seed"], 40)),
-    ("table1", False, 1, (["seed"], 8)),
-    ("table1", True, 2, (["seed"], 16)),
+    # 11 named systems (8 seeds of the papers' rules and bounds + 3 named variants)
+    ("table1", False, None, (["seed"], 55)),
+    ("table1", False, 1, (["seed"], 11)),
+    ("table1", True, 2, (["seed"], 11)),  # a real sample runs one seed
     ("eamc_capacity", False, 3, (["seed", "system.eamc_capacity"], 21)),
     ("fmoe_prefetch_distance", False, 1, (["model", "seed", "system.prefetch_distance"], 24)),
     # several sweeps: every key they set is an axis
@@ -138,10 +142,10 @@ def test_records_name_the_last_sweep_of_each_folder():
                                      "system.prefetcher"], 26)),
     ("fmoe_cache_limit", False, None, (["expert_cache_gb", "seed", "system.evictor",
                                         "system.prefetcher"], 130)),
-    # its sweeps pin their seeds: the count does not follow --seeds
+    # per seed: Arctic 2 x 2 workloads, NLLB and Mixtral 2 x 2 x 2, 3 reference runs = 15
     ("workload_shift", False, 1, (["calibration_requests", "model", "seed",
                                    "system.learn_online", "workload.calibration_tasks",
-                                   "workload.task_order"], 31)),
+                                   "workload.task_order"], 15)),
 ])
 def test_sweep_plan_counts_the_seeds(name, real, seeds, expected):
     assert sweep_plan(name, [], real, seeds) == expected

@@ -34,7 +34,10 @@ def chosen_seeds(exp: Experiment, n: int | None) -> tuple[int, ...]:
 
 def seeded(sweep: Sweep, seeds: tuple[int, ...], override: list[str] = ()) -> tuple[str, ...]:
     """The sweep's overrides with the seed axis: `seed=0,1,...` added unless the sweep or the
-    command's overrides set `seed` (workload_shift's sweeps pin theirs)."""
+    command's overrides set `seed` (workload_shift's sweeps pin theirs). A sweep on a real
+    sample runs the first seed only: the sample fixes its requests, so its replicates are
+    those requests (a request bootstrap, analysis/repro/stats.py), not seeds."""
+    seeds = seeds[:1] if sweep.real else seeds
     if not seeds or any(i.key == "seed" for i in parse([*sweep.overrides, *override])):
         return tuple(sweep.overrides)
     return (*sweep.overrides, "seed=" + ",".join(str(s) for s in seeds))
