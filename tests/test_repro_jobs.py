@@ -187,7 +187,7 @@ def test_launcher_settings():
 
 def test_folder_counts(tmp_path):
     outcomes = [("done", "r/table1/lru-1"), ("skipped", "r/table1/fmoe-2"),
-                ("failed", "/abs/r/table1_real/lru-3"), ("failed", None), ("done", "r/x/a")]
+                ("failed", "r/table1_real/lru-3"), ("failed", None), ("done", "r/x/a")]
     for i, (status, run_dir) in enumerate(outcomes):
         (tmp_path / f"job-{i:06d}.json").write_text(json.dumps(
             {"status": status, "run_dir": run_dir, "reason": None}))
