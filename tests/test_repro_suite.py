@@ -100,6 +100,8 @@ def test_reports_and_claims_rebuild_byte_identical(tmp_path, monkeypatch):
     assert seen[0] == seen[1]
     text = outputs[0].read_text()
     assert "SIMULATED" in text and "SYNTHETIC routing" in text and "PARTIAL" in text
+    # both runs are seed 0's: the table says it cannot judge beyond direction
+    assert "Seed 0 only: one seed: no intervals, no verdicts beyond direction." in text
     claims = outputs[5].read_text()
     assert [r.claim_id for r in emitted if r.claim_id not in claims] == []
     assert "| fmoe_overall.x " in claims and "not run" in claims  # others not run here
