@@ -57,10 +57,12 @@ def flatten(node, prefix: str = "") -> dict:
 def axis_value(config: dict, key: str):
     """The value a row shows for an axis; a config group shows its `name`, the prompts and
     arrivals groups their option name (`mmlu`, `poisson`)."""
-    if key in WORKLOAD_GROUPS:
+    group = key if key in WORKLOAD_GROUPS else next(
+        (g for g, node in WORKLOAD_GROUPS.items() if node == key), None)
+    if group is not None:  # `prompts=` or a swept `workload.prompts={...}`: its option name
         from workloads.labels import arrivals_name, prompts_name
 
-        label = prompts_name if key == "prompts" else arrivals_name
+        label = prompts_name if group == "prompts" else arrivals_name
         return label(config.get("workload") or {})
     node = config
     for part in key.split("."):

@@ -167,3 +167,19 @@ def test_cdf_ttft_with_poisson_arrivals(tmp_path, capsys):
             assert value == pytest.approx(r["metrics"]["ttft_ms"][stat], rel=1e-12)
     assert cdf.main([str(folder), "--metric", "e2e", "--out", str(tmp_path / "o")]) == 0
     assert "Mean E2EL (ms):" in capsys.readouterr().out
+
+
+def test_a_swept_prompts_node_is_an_axis_by_its_dataset_name():
+    """fmoe_overall sweeps `workload.prompts={dataset: sharegpt, ...},{dataset: arena_hard,
+    ...}`: the rows differ in their traces, so the axis must tell them apart by dataset."""
+    from analysis.runs import axis_value, check_mixing
+
+    def run(dataset, sha):
+        cfg = {"workload": {"prompts": {"dataset": dataset, "path": f"/d/{dataset}.jsonl"}}}
+        return {"config": cfg, "system": {"name": "lru"}, "_folder": dataset,
+                "trace": {"sha256": sha}}
+
+    a, b = run("sharegpt", "aa" * 32), run("arena_hard", "bb" * 32)
+    assert axis_value(a["config"], "workload.prompts") == "sharegpt"
+    assert check_mixing([a, b], ["workload.prompts"]) == []
+    assert check_mixing([a, {**b, "config": a["config"]}], ["workload.prompts"]) != []
