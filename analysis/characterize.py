@@ -47,7 +47,8 @@ def one_hot(seq: np.ndarray, E: int) -> np.ndarray:
     return sets[..., :E]
 
 
-def _entropy_bits(p: np.ndarray) -> np.ndarray:
+def entropy_bits(p: np.ndarray) -> np.ndarray:
+    """Shannon entropy (bits) over the last axis of distributions p [..., E]."""
     return -(p * np.log2(np.where(p > 0, p, 1.0))).sum(-1)
 
 
@@ -76,7 +77,7 @@ def per_request(seq: np.ndarray, E: int, k: int, min_tokens: int) -> dict:
     counts = out["counts"][keep].astype(float)  # [L', E]
     p = counts / counts.sum(-1, keepdims=True)
     tokens = n[keep][:, None]
-    out.update(entropy_bits=float(_entropy_bits(p).mean()), top_share=float(p.max(-1).mean()),
+    out.update(entropy_bits=float(entropy_bits(p).mean()), top_share=float(p.max(-1).mean()),
                used=float((counts > 0).mean()), once=float((counts == 1).mean()),
                repeated=float((counts >= 2).mean()),
                heavy=float((counts >= HEAVY_TOKEN_SHARE * tokens).mean()))
@@ -309,10 +310,10 @@ def characterize(seqs: list[np.ndarray], E: int, k: int, min_tokens: int = 16,
     load = np.sum([p["counts"] for p in per], axis=0)  # [L, E] routings, all requests
     p_agg = load / np.maximum(load.sum(-1, keepdims=True), 1e-12)
     live = load.sum(-1) > 0
-    stats["agg_entropy_bits"] = float(_entropy_bits(p_agg[live]).mean())
+    stats["agg_entropy_bits"] = float(entropy_bits(p_agg[live]).mean())
     stats["agg_top_share"] = float(p_agg[live].max(-1).mean())
     stats["agg_busiest_over_mean"] = float((p_agg[live].max(-1) * E).mean())
-    stats["layer_entropy_bits"] = _entropy_bits(p_agg).tolist()
+    stats["layer_entropy_bits"] = entropy_bits(p_agg).tolist()
     stats["load"] = p_agg
     if len(profiles) >= 2:
         stats["cos_adjacent"], stats["cos_random"] = adjacent_vs_random(profiles)

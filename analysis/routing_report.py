@@ -2,6 +2,7 @@
 
   moebench characterize TRACE.npz [--out DIR]
   moebench characterize ROUTING.jsonl[.gz]|.csv --model NAME [--duplicates first]
+      [--prompts 1-400] [--decode-tokens 31]   # a split; the last 31 tokens as decode
   moebench characterize --calibration [--embed]   # synthetic vs the shared real samples
 
 Definitions of every statistic: docs/routing.md.
@@ -20,6 +21,12 @@ from analysis.characterize import (
     LAGS,
     characterize,
     request_sequences,
+)
+from analysis.routing_structure import (
+    decode_sequences,
+    render_structure,
+    structure,
+    teacher_forced,
 )
 from core.atomic import atomic_path, write_json, write_text
 from harness.sim.metrics import spec_recall
@@ -157,6 +164,12 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--min-tokens", type=int, default=16)
     ap.add_argument("--seed", type=int, default=0, help="K-means seed")
     ap.add_argument("--out", help="output folder (default results/characterize/<name>)")
+    ap.add_argument("--prompts", metavar="A-B",
+                    help="raw recordings: only its requests A..B (1-based, file order)")
+    ap.add_argument("--decode-tokens", type=int, default=0, metavar="N",
+                    help="raw recordings: each request's last N tokens are its (teacher-forced) "
+                         "decode window for the decode statistics; requests of <= N tokens "
+                         "are left out of them")
     ap.add_argument("--calibration", action="store_true",
                     help="synthetic generator vs the shared real samples (docs/routing.md)")
     ap.add_argument("--embed", action="store_true",
@@ -177,11 +190,19 @@ def main(argv: list[str]) -> int:
     except (OSError, ValueError) as exc:
         print(f"moebench characterize: error: {exc}", file=sys.stderr)
         return 2
+    if args.prompts and tr is None:
+        first, last = (int(x) for x in args.prompts.split("-"))
+        seqs = seqs[first - 1:last]
+        name, note = f"{name} (requests {args.prompts})", f"{note} Requests {args.prompts}."
     st = characterize(seqs, E, k, args.min_tokens, args.seed)
     st["spec_hit"] = spec_recall(tr) if tr is not None else None
+    dec = decode_sequences(tr) if tr is not None else teacher_forced(seqs, args.decode_tokens)
+    extra = structure(seqs, dec if args.decode_tokens or tr is not None else [], E, k,
+                      tr.tasks if tr is not None else None,
+                      tr.datasets if tr is not None else None, args.seed)
     out = Path(args.out or Path("results") / "characterize" / Path(name).stem)
     out.mkdir(parents=True, exist_ok=True)
-    md = render(name, st, note)
+    md = render(name, st, note) + render_structure(extra, len(dec))
     png = write_png(out / "characterize.png", name, st)
     if not png:
         md += "\n(no PNG: matplotlib is not installed; pip install 'moe-offload-bench[plots]')\n"
@@ -189,6 +210,7 @@ def main(argv: list[str]) -> int:
     plain = {key: st.get(key) for key, _, _ in ROWS}
     plain.update({f"reuse_lag{d}": st.get(f"reuse_lag{d}") for d in LAGS})
     plain["reuse_distance_cdf"] = st.get("reuse_distance_cdf")
+    plain["structure"] = extra
     write_json(out / "characterize.json", plain)
     print(md)
     print(f"wrote {out}/characterize.md, .json{', .png' if png else ''} in "
