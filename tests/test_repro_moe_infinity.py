@@ -302,8 +302,8 @@ def test_workload_shift_table_and_claims():
 def test_inventory_ids_match_the_emitted_claims():
     """Every `experiment:` row of the inventory is an id its module emits, and every id the
     five modules emit has a row (here on frames where every claim is measured)."""
-    inv = yaml.safe_load((PROJECT_ROOT / "analysis/repro/inventory/moe_infinity.yaml")
-                         .read_text())["claims"]
+    inv = [c for path in sorted((PROJECT_ROOT / "analysis/repro/inventory").glob(
+        "moe_infinity*.yaml")) for c in yaml.safe_load(path.read_text())["claims"]]
     ids = [c["id"] for c in inv]
     assert len(ids) == len(set(ids))
     for c in inv:
