@@ -30,12 +30,13 @@ MEASURED_SEEDS = range(5)  # the experiments' seeds (0-4): never tuned on
 TUNING_REQUESTS = 40  # measured and calibration requests per tuning run
 BASE = ("experiment=table1", f"workload.num_requests={TUNING_REQUESTS}",
         f"calibration_requests={TUNING_REQUESTS}", "progress=false", "blas_threads=1")
-# variant -> knob -> values tried; every knob here is ours (neither paper nor code gives it)
+# variant -> knob -> values tried; every knob here is ours (neither paper nor code gives it).
+# A chosen value must lie inside its grid: one at an edge means the grid is extended.
 GRIDS: dict[str, dict[str, tuple]] = {
-    "moe_infinity_hysteresis": {"admit_margin": (8.0, 16.0, 24.0),
+    "moe_infinity_hysteresis": {"admit_margin": (8.0, 16.0, 24.0, 32.0, 48.0),
                                 "own_weight": (0.25, 0.5, 0.75),
                                 "match_top": (1, 4)},
-    "fmoe_admission": {"admission_margin": (0.2, 0.3, 0.4, 0.5)},
+    "fmoe_admission": {"admission_margin": (0.2, 0.3, 0.4, 0.5, 0.7, 1.0)},
     "diff_moe_floor_recency": {"min_val": (-1.0, 0.0, 0.5)},
 }
 

@@ -31,7 +31,7 @@ PAPER_RULE = {
 OURS = {
     "moe_infinity_hysteresis": {"own_weight": 0.5, "admit_margin": 24.0, "match_top": 4,
                                 "refetch_guard": True},
-    "fmoe_admission": {"admission_margin": 0.5, "count_smoothing": 0.25,
+    "fmoe_admission": {"admission_margin": 1.0, "count_smoothing": 0.25,
                        "semantic_same_kind": True},
     "diff_moe_floor_recency": {"min_val": 0.0, "recency_grid": [0.0, 0.25, 0.5, 0.75]},
 }
