@@ -82,7 +82,7 @@ def test_tuning_split_is_disjoint_from_measured_seeds_and_grids_cover_our_knobs(
         assert set(grid) <= set(OURS[variant])  # only knobs of ours are tuned
         for knob in grid:  # the yaml carries a value of the grid
             assert _yaml(variant)[knob] in grid[knob]
-    assert len(combos("moe_infinity_hysteresis")) == 3 * 3 * 2
+    assert len(combos("moe_infinity_hysteresis")) == 5 * 3 * 2  # margins x weights x tops
     assert combos("diff_moe_floor_recency") == [{"min_val": -1.0}, {"min_val": 0.0},
                                                 {"min_val": 0.5}]
 
