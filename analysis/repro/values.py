@@ -64,6 +64,13 @@ def by_seed(runs, column: str, **where) -> dict[int, float]:
     return out
 
 
+def seed_mean(runs, column: str, **where) -> float | None:
+    """The mean over seeds of `column` for the valid runs matching `where`: the point a
+    table shows and an ordering sorts by; None without one."""
+    got = by_seed(runs, column, **where)
+    return math.fsum(got.values()) / len(got) if got else None
+
+
 def per_request_tpot(runs, **where):
     """float64 [requests]: per-request TPOT (ms) of the one valid run matching `where` (a
     real-sample run), in request order (docs/metrics.md `tpot_ms`)."""

@@ -119,12 +119,6 @@ def location(frame, key: str, grid: tuple, column: str, paper, **where):
     return stats.log_mean(best), falls
 
 
-def seed_mean(frame, column: str, **where) -> float | None:
-    """The mean over seeds of one selection's value (ordering an ordering's systems)."""
-    vals = values.by_seed(frame, column, **where)
-    return math.fsum(vals.values()) / len(vals) if vals else None
-
-
 def _setting_key(row: dict) -> str:
     """A run's setting without its seed: what the seeds of one table row share."""
     import json

@@ -58,15 +58,12 @@ def headroom(runs, system: str, **where) -> float | None:
     return stats.mean(per_seed).mean if per_seed else None
 
 
-def mean_tpot(runs, system: str, column: str = "tpot_mean_ms", **where) -> float | None:
-    """The point estimate that orders systems: their TPOT averaged over seeds."""
-    per_seed = values.by_seed(runs, column, system=system, **where) if runs is not None else {}
-    return sum(per_seed.values()) / len(per_seed) if per_seed else None
-
-
 def order(runs, systems: list[str], **where) -> list[str] | None:
     """`systems` best (lowest mean TPOT) first; None unless every one has a run."""
-    tpot = {s: mean_tpot(runs, s, **where) for s in systems}
+    if runs is None:
+        return None
+    # the point estimate that orders systems: their TPOT averaged over seeds
+    tpot = {s: values.seed_mean(runs, "tpot_mean_ms", system=s, **where) for s in systems}
     if any(t is None for t in tpot.values()):
         return None
     return sorted(systems, key=lambda s: tpot[s])

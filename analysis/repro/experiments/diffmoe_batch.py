@@ -24,6 +24,7 @@ import math
 
 from analysis.repro import stats, values
 from analysis.repro.spec import Experiment, Sweep
+from analysis.repro.values import seed_mean
 from analysis.repro.verdict import ClaimRow
 from systems.variants import variants_of
 
@@ -88,11 +89,6 @@ NOT_EXPRESSIBLE = (
 )
 
 
-def _mean(runs, col, **where):
-    vals = values.by_seed(runs, col, **where)
-    return math.fsum(vals.values()) / len(vals) if vals else None
-
-
 def _grid(runs):
     """(model, batch) of every cell the runs cover, in sweep order."""
     out = []
@@ -118,17 +114,17 @@ def table(runs):
     rows = []
     for model, b in _grid(runs):
         cell = {"model": model, "max_batch": b}
-        hit = _mean(runs, "hit_rate_decode", system="moe_infinity", **cell)
+        hit = seed_mean(runs, "hit_rate_decode", system="moe_infinity", **cell)
         rows.append({
             "model": model, "batch": b,
             "seeds": len(values.by_seed(runs, "tokens_per_s", system="diff_moe", **cell)),
-            "requests": _mean(runs, "requests", system="diff_moe", **cell),
-            **{f"{s}_tok_s": _mean(runs, "tokens_per_s", system=s, **cell) for s in SYSTEMS},
+            "requests": seed_mean(runs, "requests", system="diff_moe", **cell),
+            **{f"{s}_tok_s": seed_mean(runs, "tokens_per_s", system=s, **cell) for s in SYSTEMS},
             **{f"vs_{base}_ratio": _factor(runs, model, b, "diff_moe", base)
                for base in BASELINES},
             "moe_infinity_miss_rate": None if hit is None else 1.0 - hit,
             "paper_miss_rate": PAPER_MISS.get(b) if model == "switch_base_128" else None,
-            "on_demand_headroom": _mean(runs, "headroom", system="on_demand", **cell)})
+            "on_demand_headroom": seed_mean(runs, "headroom", system="on_demand", **cell)})
     first = runs.iloc[0]
     caches = ", ".join(f"{m} {CACHE_GIB[m]:.2f} GiB" for m in MODELS)
     header = [f"# {PAPER}, SIMULATED", "",
@@ -213,7 +209,7 @@ def _average(cells, keep=None):
 def _throughput(runs, base):
     grid = _grid(runs)
     ours, used = _average(_cells(runs, "diff_moe", base))
-    heads = [_mean(runs, "headroom", system=base, model=m, max_batch=b) for m, b in used]
+    heads = [seed_mean(runs, "headroom", system=base, model=m, max_batch=b) for m, b in used]
     heads = [h for h in heads if h]
     head = math.exp(math.fsum(map(math.log, heads)) / len(heads)) if heads else None
     variants = [(v, _average(_cells(runs, v, base), used)[0]) for v in VARIANTS]
@@ -272,7 +268,7 @@ def _hit_rate_bs64(runs):
     # negative, the sign verdict.py's pairs rule reads
     diff = values.seed_difference(runs, {**cell, "system": "moe_infinity"},
                                   {**cell, "system": "diff_moe"}, column="hit_rate_decode")
-    hits = {s: _mean(runs, "hit_rate_decode", system=s, **cell) for s in ("diff_moe",
+    hits = {s: seed_mean(runs, "hit_rate_decode", system=s, **cell) for s in ("diff_moe",
                                                                          "moe_infinity")}
     shown = None if None in hits.values() else (
         f"decode hit rate: diff_moe {100 * hits['diff_moe']:.1f} %, moe_infinity "

@@ -21,7 +21,7 @@ from analysis.repro.experiments._moe_infinity_paper import (
 from analysis.repro.output import new_figure
 from analysis.repro.spec import Experiment, Sweep
 from analysis.repro.stats import log_mean
-from analysis.repro.values import by_seed, seed_difference
+from analysis.repro.values import by_seed, seed_difference, seed_mean
 from analysis.repro.verdict import ClaimRow
 
 GRID = (1, 3, 10, 30, 120, 300, 1000)
@@ -36,8 +36,7 @@ NEAR = 0.01  # the table marks capacities within 1% of the lowest TPOT (not the 
 
 
 def _mean(runs, cap: int, column: str):
-    got = by_seed(runs, column, **{KEY: cap})
-    return sum(got.values()) / len(got) if got else None
+    return seed_mean(runs, column, **{KEY: cap})
 
 
 def table(runs):

@@ -34,11 +34,11 @@ from analysis.repro.experiments._fmoe_claims import (
     differences,
     labelled,
     missing_note,
-    seed_mean,
 )
 from analysis.repro.experiments._fmoe_sweeps import SOURCE, num, setting
 from analysis.repro.output import grouped_bars, new_figure
 from analysis.repro.spec import Experiment, Sweep
+from analysis.repro.values import seed_mean
 from analysis.repro.verdict import ClaimRow
 
 PAPER = f"{SOURCE} ablation"

@@ -16,10 +16,9 @@ adjacent paired differences.
 
 from __future__ import annotations
 
-import math
-
 from analysis.repro import values
 from analysis.repro.spec import Experiment, Sweep
+from analysis.repro.values import seed_mean
 from analysis.repro.verdict import ClaimRow
 
 PAPER = "Mixtral-Offloading (arXiv 2312.17238) Table 2"
@@ -79,11 +78,6 @@ def _frame(runs):
                        bits=[int(_setting(r, "model.expert_bits")) for r in recs])
 
 
-def _mean(frame, col, **where):
-    vals = values.by_seed(frame, col, **where)
-    return math.fsum(vals.values()) / len(vals) if vals else None
-
-
 def _full_over(frame, dev, bits, cfg):
     """full's tokens/s over cfg's, paired by seed (an Estimate), or None."""
     cell = {"hardware": dev, "bits": bits}
@@ -102,7 +96,7 @@ def table(runs):
         for bits in BITS:
             for cfg in ORDER:
                 cell = {"hardware": dev, "bits": bits, "config": cfg}
-                tok, paper = _mean(frame, "tokens_per_s", **cell), paper_tok_s(dev, bits, cfg)
+                tok, paper = seed_mean(frame, "tokens_per_s", **cell), paper_tok_s(dev, bits, cfg)
                 if tok is None and paper is None:
                     continue
                 factor = _full_over(frame, dev, bits, cfg) if tok is not None else None
@@ -113,7 +107,7 @@ def table(runs):
                     "tok_s": tok, "paper_tok_s": paper,
                     "full_over_config_ratio": None if factor is None else factor.mean,
                     "paper_full_over_config_ratio": pfull / paper if paper else None,
-                    **{c: _mean(frame, c, **cell)
+                    **{c: seed_mean(frame, c, **cell)
                        for c in ("hit_rate_decode", "headroom", "h2d_gb_per_token")}})
     first = runs.iloc[0]
     header = [f"# {PAPER}, SIMULATED", "",
@@ -181,7 +175,7 @@ def _ordering(frame, dev, bits):
     differences in the paper's order, or (None, None) when a config is missing."""
     trio = (FULL, NO_PRELOAD, NO_LRU)
     cell = {"hardware": dev, "bits": bits}
-    toks = {c: _mean(frame, "tokens_per_s", config=c, **cell) for c in trio}
+    toks = {c: seed_mean(frame, "tokens_per_s", config=c, **cell) for c in trio}
     # tokens/s is higher-is-better, so the paper's "i beats i + 1" is tok(i + 1) - tok(i) < 0:
     # the negative difference verdict.py's ordering rule (written for latencies) reads
     diffs = [values.seed_difference(frame, {**cell, "config": nxt}, {**cell, "config": cur},
@@ -221,7 +215,7 @@ def claims(tab, runs, real):
                     f"full faster than {cfg} ({cell})", "ratio",
                     paper=paper_tok_s(dev, bits, FULL) / paper_tok_s(dev, bits, cfg),
                     ours=_full_over(frame, dev, bits, cfg), baseline=cfg,
-                    headroom=_mean(frame, "headroom", hardware=dev, bits=bits, config=cfg),
+                    headroom=seed_mean(frame, "headroom", hardware=dev, bits=bits, config=cfg),
                     note=LATE_GUESSES if cfg == NO_PRELOAD else None))
             ours, diffs = _ordering(frame, dev, bits)
             out.append(ClaimRow(

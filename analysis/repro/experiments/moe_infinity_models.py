@@ -24,7 +24,7 @@ from analysis.repro.experiments._moe_infinity_paper import (
 )
 from analysis.repro.output import grouped_bars, new_figure
 from analysis.repro.spec import Experiment, Sweep
-from analysis.repro.values import by_seed, seed_of
+from analysis.repro.values import by_seed, seed_mean, seed_of
 from analysis.repro.verdict import ClaimRow
 from systems.variants import variants_of
 
@@ -51,8 +51,7 @@ def _run(runs, model: str, system: str):
 
 def _mean(runs, model: str, system: str, column: str):
     """`column` of (model, system) averaged over its valid seeds; None without one."""
-    got = by_seed(runs, column, model=model, system=system) if system else {}
-    return sum(got.values()) / len(got) if got else None
+    return seed_mean(runs, column, model=model, system=system) if system else None
 
 
 def table(runs):
