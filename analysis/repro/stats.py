@@ -139,6 +139,16 @@ def mean(values: Mapping) -> Estimate:
     return point(m) if lo is None else Estimate(m, lo, hi, len(vals), "t")
 
 
+def _percentiles(stat, n: int, draws: int, seed: int) -> tuple[float, float]:
+    """The 2.5 % and 97.5 % points of `stat(idx)` over `draws` resamples idx [draws, n] of
+    n requests with replacement (fixed generator: the same inputs give the same bytes)."""
+    import numpy as np
+
+    rng = np.random.Generator(np.random.PCG64(seed))
+    got = np.sort(stat(rng.integers(0, n, size=(draws, n))))
+    return float(got[int(0.025 * draws)]), float(got[int(math.ceil(0.975 * draws)) - 1])
+
+
 def bootstrap_ratio(num: Sequence[float], den: Sequence[float],
                     draws: int = BOOTSTRAP_DRAWS, seed: int = BOOTSTRAP_SEED) -> Estimate:
     """mean(num) / mean(den) over the same requests (num[i] and den[i] are request i under
@@ -153,12 +163,9 @@ def bootstrap_ratio(num: Sequence[float], den: Sequence[float],
     est = float(a.mean() / b.mean())
     if len(a) < MIN_BOOTSTRAP_REQUESTS:
         return Estimate(est, None, None, len(a), "point")
-    rng = np.random.Generator(np.random.PCG64(seed))
-    idx = rng.integers(0, len(a), size=(draws, len(a)))
-    ratios = np.sort(a[idx].mean(axis=1) / b[idx].mean(axis=1))
-    # percentile interval, fixed-order sums: the same inputs give the same bytes
-    lo, hi = ratios[int(0.025 * draws)], ratios[int(math.ceil(0.975 * draws)) - 1]
-    return Estimate(est, float(lo), float(hi), len(a), "bootstrap")
+    lo, hi = _percentiles(lambda idx: a[idx].mean(axis=1) / b[idx].mean(axis=1), len(a),
+                          draws, seed)
+    return Estimate(est, lo, hi, len(a), "bootstrap")
 
 
 def bootstrap_difference(a: Sequence[float], b: Sequence[float],
@@ -170,7 +177,5 @@ def bootstrap_difference(a: Sequence[float], b: Sequence[float],
     est = float(x.mean())
     if len(x) < MIN_BOOTSTRAP_REQUESTS:
         return Estimate(est, None, None, len(x), "point")
-    rng = np.random.Generator(np.random.PCG64(seed))
-    means = np.sort(x[rng.integers(0, len(x), size=(draws, len(x)))].mean(axis=1))
-    lo, hi = means[int(0.025 * draws)], means[int(math.ceil(0.975 * draws)) - 1]
-    return Estimate(est, float(lo), float(hi), len(x), "bootstrap")
+    lo, hi = _percentiles(lambda idx: x[idx].mean(axis=1), len(x), draws, seed)
+    return Estimate(est, lo, hi, len(x), "bootstrap")
