@@ -139,7 +139,8 @@ def test_diffmoe_sweeps_pin_five_percent_caches_and_run_the_oracle():
     # 1.35 GiB holds 76 of Switch-base's 1,536 fp32 experts (18,874,368 B each)
     assert int(1.35 * 2**30) // 18874368 == 76
     assert len(dm.EXPERIMENT.sweeps) == 4
-    assert all("system=diff_moe,diff_moe_floor_recency,on_demand,moe_infinity,oracle"
+    assert all("system=diff_moe,diff_moe_floor_recency,on_demand,moe_infinity,"
+               "moe_infinity_hysteresis,oracle"
                in s.overrides
                for s in dm.EXPERIMENT.sweeps)
 

@@ -72,18 +72,18 @@ def test_table1_jobs_one_seed(tmp_path):
 def test_jobs_of_an_overridden_setting_go_to_its_own_folder():
     calls = synthetic_calls("eamc_capacity", Path("r"), ["workload.num_requests=3"], 2)
     jobs = expand_calls(calls)
-    assert len(jobs) == 14
+    assert len(jobs) == 28  # 2 systems (the seed and its variant) x 7 capacities x 2 seeds
+    tail = ["results_dir=r", "workload.num_requests=3",
+            "experiment_name='eamc_capacity-workload.num_requests=3'", "progress=False"]
     assert jobs[:3] == [
-        ["experiment=eamc_capacity", "system.eamc_capacity=1", "seed=0", "results_dir=r",
-         "workload.num_requests=3", "experiment_name='eamc_capacity-workload.num_requests=3'",
-         "progress=False"],
-        ["experiment=eamc_capacity", "system.eamc_capacity=1", "seed=1", "results_dir=r",
-         "workload.num_requests=3", "experiment_name='eamc_capacity-workload.num_requests=3'",
-         "progress=False"],
-        ["experiment=eamc_capacity", "system.eamc_capacity=3", "seed=0", "results_dir=r",
-         "workload.num_requests=3", "experiment_name='eamc_capacity-workload.num_requests=3'",
-         "progress=False"],
+        ["experiment=eamc_capacity", "system=moe_infinity", "system.eamc_capacity=1", "seed=0",
+         *tail],
+        ["experiment=eamc_capacity", "system=moe_infinity", "system.eamc_capacity=1", "seed=1",
+         *tail],
+        ["experiment=eamc_capacity", "system=moe_infinity", "system.eamc_capacity=3", "seed=0",
+         *tail],
     ]
+    assert jobs[14][1:3] == ["system=moe_infinity_hysteresis", "system.eamc_capacity=1"]
 
 
 def test_a_launcher_setting_in_override_is_no_job_override():
@@ -96,17 +96,21 @@ def test_a_launcher_setting_in_override_is_no_job_override():
 def test_jobs_are_listed_once_and_in_order():
     calls = synthetic_calls("fmoe_store_capacity", Path("r"), [], 1) * 2
     jobs = expand_calls(calls, before=[["a=1"]])
-    assert [j[1] for j in jobs[1:]] == [f"system.store_capacity={n}"
-                                        for n in (16, 64, 256, 1000, 4000)]
-    assert jobs[0] == ["a=1"] and len(jobs) == 6
+    assert [j[1:3] for j in jobs[1:]] == [[f"system={s}", f"system.store_capacity={n}"]
+                                          for s in ("fmoe", "fmoe_admission")
+                                          for n in (16, 64, 256, 1000, 4000)]
+    assert jobs[0] == ["a=1"] and len(jobs) == 11
 
 
 def test_every_experiment_at_one_seed_and_at_five():
     one = expand_calls([c for n in EXPERIMENTS for c in synthetic_calls(n, Path("r"), [], 1)])
     five = expand_calls([c for n in EXPERIMENTS for c in synthetic_calls(n, Path("r"), [], None)])
     # no sweep pins its seeds any more: every synthetic run takes 1 or 5 (routing_fidelity:
-    # six models' traces, 6 of the 322)
-    assert (len(one), len(five)) == (322, 5 * 322)
+    # six models' traces, 6 of the 414). 322 before the named variants joined every sweep
+    # of their seed: + eamc_capacity 7, workload_shift 12, long_context 7, fmoe_online 2,
+    # fmoe_cache_limit 2 x 5, fmoe_prefetch_distance 3 x 8, fmoe_store_capacity 5,
+    # fmoe_batch 2 x 4, fmoe_ablation 1, diffmoe_batch 2 models x 8 batches = 92
+    assert (len(one), len(five)) == (414, 5 * 414)
 
 
 def test_a_sweep_moebench_m_refuses_is_refused_before_anything():
@@ -136,17 +140,21 @@ def test_records_name_the_last_sweep_of_each_folder():
     ("table1", False, None, (["seed"], 55)),
     ("table1", False, 1, (["seed"], 11)),
     ("table1", True, 2, (["seed"], 11)),  # a real sample runs one seed
-    ("eamc_capacity", False, 3, (["seed", "system.eamc_capacity"], 21)),
-    ("fmoe_prefetch_distance", False, 1, (["model", "seed", "system.prefetch_distance"], 24)),
-    # several sweeps: every key they set is an axis
+    # with the seed system's named variant beside it: 2 x 7 capacities x 3 seeds
+    ("eamc_capacity", False, 3, (["seed", "system.eamc_capacity"], 42)),
+    # 3 models x (fmoe, fmoe_admission) x d = 1..8
+    ("fmoe_prefetch_distance", False, 1, (["model", "seed", "system.prefetch_distance"], 48)),
+    # several sweeps: every key they set is an axis. Per seed: 5 systems (3 + 2 variants) x
+    # 5 sizes, lru at 4, ProMoE at 5, the stand-in at 2 = 36
     ("fmoe_cache_limit", False, 1, (["expert_cache_gb", "seed", "system.evictor",
-                                     "system.prefetcher"], 26)),
+                                     "system.prefetcher"], 36)),
     ("fmoe_cache_limit", False, None, (["expert_cache_gb", "seed", "system.evictor",
-                                        "system.prefetcher"], 130)),
-    # per seed: Arctic 2 x 2 workloads, NLLB and Mixtral 2 x 2 x 2, 3 reference runs = 15
+                                        "system.prefetcher"], 180)),
+    # per seed: Arctic 2 x 2 workloads, NLLB and Mixtral 2 x 2 x 2, 3 reference runs, and
+    # the variant's 3 models x 2 x 2 = 27
     ("workload_shift", False, 1, (["calibration_requests", "model", "seed",
                                    "system.learn_online", "workload.calibration_tasks",
-                                   "workload.task_order"], 15)),
+                                   "workload.task_order"], 27)),
 ])
 def test_sweep_plan_counts_the_seeds(name, real, seeds, expected):
     assert sweep_plan(name, [], real, seeds) == expected
@@ -209,23 +217,24 @@ def test_reproduce_runs_resumes_and_reports_at_the_seeds_asked(tmp_path, monkeyp
                           "workload.output_len=2,workload.prompt_len=8")
     assert suite.reproduce(["fmoe_store_capacity"], Path("r"), tiny, jobs=1, n_seeds=1) == 0
     out = capsys.readouterr().out
-    assert "reproduce: 5 jobs in one sweep" in out
-    assert "reproduce fmoe_store_capacity: 5 done, 0 failed, 0 skipped" in out
+    # fmoe and its named variant at 5 capacities
+    assert "reproduce: 10 jobs in one sweep" in out
+    assert "reproduce fmoe_store_capacity: 10 done, 0 failed, 0 skipped" in out
     runs = sorted(p.name.rsplit("-", 1)[0] for p in folder.iterdir() if p.is_dir())
-    assert runs == sorted(f"fmoe,calibration_requests=2,seed=0,system.store_capacity={c},"
+    assert runs == sorted(f"{s},calibration_requests=2,seed=0,system.store_capacity={c},"
                           "workload.num_requests=2,workload.output_len=2,workload.prompt_len=8"
-                          for c in (16, 64, 256, 1000, 4000))
+                          for s in ("fmoe", "fmoe_admission") for c in (16, 64, 256, 1000, 4000))
     declared = OmegaConf.load(folder / "multirun.yaml").hydra.overrides.task
-    assert list(declared)[:3] == ["experiment=fmoe_store_capacity",
+    assert list(declared)[:4] == ["experiment=fmoe_store_capacity", "system=fmoe,fmoe_admission",
                                   "system.store_capacity=16,64,256,1000,4000", "seed=0"]
     assert not list(Path("r").glob(".sweep-*"))  # the sweep's state folder is gone
     assert "PARTIAL" not in (folder / "fmoe_store_capacity.md").read_text()
     # the folder is complete at one seed, partial at all five
     assert suite.report("fmoe_store_capacity", Path("r"), tiny, n_seeds=1) == 0
     assert suite.report("fmoe_store_capacity", Path("r"), tiny) == 2
-    assert "partial: no run for 20 of the 25 runs" in capsys.readouterr().err
+    assert "partial: no run for 40 of the 50 runs" in capsys.readouterr().err
     assert suite.reproduce(["fmoe_store_capacity"], Path("r"), tiny, jobs=1, n_seeds=1) == 0
-    assert "reproduce fmoe_store_capacity: 0 done, 0 failed, 5 skipped" in \
+    assert "reproduce fmoe_store_capacity: 0 done, 0 failed, 10 skipped" in \
         capsys.readouterr().out
 
 
@@ -249,3 +258,20 @@ def test_a_job_works_in_the_directory_its_sweep_started_in(tmp_path, monkeypatch
     monkeypatch.setenv(CWD_ENV, str(tmp_path / "absent"))
     with pytest.raises(FileNotFoundError):  # the sweeper then counts it failed
         run_job(cfg, multirun=True, system_name="on_demand")
+
+
+def test_every_seed_system_runs_with_its_variants_at_every_point():
+    """A named variant is shown wherever its seed runs (issue 27): for every job of a seed
+    system, the same job with each of its variants in its place is in the experiment's plan.
+    The one exception: workload_shift's reference runs (the seed without online learning)."""
+    from systems.variants import variants_of
+
+    for name in EXPERIMENTS:
+        planned = {(tuple(o for o in j if not o.startswith("system=")),
+                    next((o[len("system="):] for o in j if o.startswith("system=")), None))
+                   for j in expand_calls(synthetic_calls(name, Path("r"), [], 1))}
+        for rest, system in sorted(planned, key=str):
+            if "system.learn_online=false" in rest:
+                continue
+            for v in variants_of(system):
+                assert (rest, v) in planned, (name, system, v, rest)

@@ -2,6 +2,9 @@
 paper_numbers.md A2): fmoe_cache_limit, fmoe_prefetch_distance, fmoe_store_capacity, fmoe_batch
 and fmoe_ablation.
 
+The variants of MoE-Infinity and fMoE (VARIANTS) run beside their seeds in every sweep
+where the seed runs, each its own row or line.
+
 All five start from fmoe_overall's setting (conf/experiment/fmoe_overall.yaml: Mixtral-8x7B on
 one RTX 3090, bf16, 40-token prompts, 28 calibration requests) and pin one smaller workload
 for the suite's time budget: synthetic prompts (task-centroid embeddings, so fMoE's semantic
@@ -25,7 +28,12 @@ BASELINES = ("layer_offload", "lru", "promoe", "moe_infinity")
 # next-layer prefetch stands in for it, labelled so
 LRU_STANDIN = "composed(lru,spec_next_layer)"
 NAMES = {**PAPER_NAMES, LRU_STANDIN: "Mixtral-Offloading stand-in: global LRU"}
-RANK = {s: i for i, s in enumerate((*ORDER[:2], LRU_STANDIN, *ORDER[2:]))}
+# Our named repairs of the two history-based systems (systems/variants.py): each its own
+# row beside its seed wherever the seed runs, never a baseline and never judged
+VARIANTS = ("moe_infinity_hysteresis", "fmoe_admission")
+FMOE_VARIANT = "fmoe_admission"
+RANK = {s: i for i, s in enumerate((*ORDER[:2], LRU_STANDIN, "promoe", "moe_infinity",
+                                    "moe_infinity_hysteresis", "fmoe", FMOE_VARIANT))}
 
 
 def config(result: dict, dotted: str):

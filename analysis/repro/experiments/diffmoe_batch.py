@@ -10,7 +10,9 @@ Throughput is generated tokens per second of makespan (prefill included), miss r
 1 - hit_rate_decode: decode accesses that were not resident hits (misses and late prefetches).
 The oracle (docs/systems.md) runs in diff_moe's place at every batch: its loads are Belady's
 over each step's union of experts, valid at any batch, but its timing is a heuristic, so at
-batch 128 a real policy can outrun it (diff_moe did on Switch-base, 5 seeds).
+batch 128 a real policy can outrun it (diff_moe did on Switch-base, 5 seeds). The named
+variants of diff_moe and of moe_infinity (systems/variants.py) run at every batch too, their
+own columns and lines, never a baseline and never judged.
 
 Claims pair systems by seed (analysis/repro/stats.py). The paper's throughput factors are
 averages ("on average", paper_numbers.md A3 and the brief) over a set it does not name, so
@@ -32,7 +34,9 @@ PAPER = "Diff-MoE (SC'25, doi 10.1145/3712285.3759903) batch experiment"
 EXP = "diffmoe_batch"
 VARIANTS = variants_of("diff_moe")  # our named repairs of diff_moe: shown beside it, not judged
 BASELINES = ("on_demand", "moe_infinity")  # on_demand: the baseline the paper calls DeepSpeed
-SYSTEMS = ("diff_moe", *VARIANTS, *BASELINES, "oracle")
+# shown beside the baselines, never one: MoE-Infinity's named variant (systems/variants.py)
+BASELINE_VARIANTS = variants_of("moe_infinity")
+SYSTEMS = ("diff_moe", *VARIANTS, *BASELINES, *BASELINE_VARIANTS, "oracle")
 MODELS = ("switch_base_128", "switch_large_128")
 # 5 % of each model's routed experts at fp32 in GiB: 0.05 * MoE layers * 128 * expert bytes /
 # 2^30 (expert bytes from the authors' eval_cache.py, paper_numbers.md A3)

@@ -14,7 +14,8 @@ run under both LRU and LFU:
   map T+S          the same with semantic matching (delta_rule=false)
   map T+S+delta    composed(<evictor>, fmoe_maps): fMoE's whole matching
 Eviction: fMoE's maps with LRU, with LFU, and the fmoe system (its own p * freq eviction, with
-the protection of prefetched experts and admission_margin that go with it).
+the protection of prefetched experts that goes with it); beside it, never judged, its named
+variant fmoe_admission (systems/variants.py: the same with our admission rule).
 Claims (v1, Fig. 12; the EuroSys text read gives none), as hit rates compared through the
 miss rate (1 - hit rate, lower is better) paired by seed, every design step under LFU (the
 papers' steps vary the tracking with one cache; LFU is the zoo evictor nearest fMoE's
@@ -35,7 +36,7 @@ from analysis.repro.experiments._fmoe_claims import (
     labelled,
     missing_note,
 )
-from analysis.repro.experiments._fmoe_sweeps import SOURCE, num, setting
+from analysis.repro.experiments._fmoe_sweeps import FMOE_VARIANT, SOURCE, num, setting
 from analysis.repro.output import grouped_bars, new_figure
 from analysis.repro.spec import Experiment, Sweep
 from analysis.repro.values import seed_mean
@@ -49,17 +50,20 @@ STEPS = {"no prefetch": ("none", {}), "speculate": ("spec_next_layer", {}),
          "map T": ("fmoe_maps", {"semantic_matching": False, "delta_rule": False}),
          "map T+S": ("fmoe_maps", {"delta_rule": False}), "map T+S+delta": ("fmoe_maps", {})}
 _KNOBS = ("semantic_matching", "delta_rule")  # fmoe_maps' ablation switches (default true)
-EVICTION_NAMES = {"lru": "LRU", "lfu": "LFU", "fmoe": "fMoE's (p x freq)"}
+EVICTION_NAMES = {"lru": "LRU", "lfu": "LFU", "fmoe": "fMoE's (p x freq)",
+                  FMOE_VARIANT: "fMoE's + our admission (variant)"}
+OWN = ("fmoe", FMOE_VARIANT)  # systems with their own eviction: the seed and its variant
 CLAIM_EVICTOR = "lfu"  # the one cache every design step is compared under (module docstring)
 PAPER_STEPS = ("speculate", "hit count", "map T", "map T+S", "map T+S+delta")  # Fig. 12a
 FULL, COUNTS = "map T+S+delta", "hit count"
 
 
 def _parts(result: dict) -> tuple[str, str | None]:
-    """(evictor, design step) of a run; the fmoe system is (fmoe, map T+S+delta)."""
+    """(evictor, design step) of a run; the fmoe system (and its variant) is (its name,
+    map T+S+delta)."""
     s = result["system"]
-    if s.get("name") == "fmoe":
-        return "fmoe", "map T+S+delta"
+    if s.get("name") in OWN:
+        return s["name"], "map T+S+delta"
     node = result["config"]["system"].get("prefetcher") or {}
     name = (s.get("prefetcher") or {}).get("name")
     knobs = {k: node[k] for k in _KNOBS if k in node and node[k] is False}
@@ -75,13 +79,13 @@ def table(runs):
     cells = {_parts(r["_result"]): r for r in collapse(runs).to_dict("records")}
     rows = []
     for step in STEPS:
-        for ev in (*EVICTORS, "fmoe") if step == "map T+S+delta" else EVICTORS:
+        for ev in (*EVICTORS, *OWN) if step == "map T+S+delta" else EVICTORS:
             r = cells.get((ev, step))
             if r is None:
                 continue
             m = r["_result"].get("metrics") or {}
             rows.append({"step": step, "evictor": EVICTION_NAMES[ev],
-                         "system": "fmoe" if ev == "fmoe" else f"composed({ev},{STEPS[step][0]})",
+                         "system": ev if ev in OWN else f"composed({ev},{STEPS[step][0]})",
                          "status": r["status"], "seeds": r["seeds"],
                          "hit_rate": num(r["hit_rate"]),
                          "hit_rate_decode": num(r["hit_rate_decode"]),
@@ -93,7 +97,8 @@ def table(runs):
     header = [f"# {PAPER}, SIMULATED", "", setting(runs, (
         "Batch 1, the RTX 3090's own expert cache, fMoE d = 3. Each design step is one zoo "
         "prefetcher run under both evictors; evictor fMoE's = the fmoe system (its own "
-        "eviction, protection of prefetched experts and admission_margin). hit_rate counts an "
+        "eviction and protection of prefetched experts; the variant adds our admission rule, "
+        "shown, not judged). hit_rate counts an "
         "access as a hit only when its expert is ready; prefetch_precision = share of the "
         "prefetched experts that were used (the first seed's); the rest means over the seeds "
         "run (`seeds`)."))]
@@ -112,7 +117,7 @@ def figure(tab, runs):
                          runs.iloc[0]["routing"], width=9.0, height=4.6)
     groups = list(STEPS)
     series = {}
-    for ev in (*EVICTORS, "fmoe"):
+    for ev in (*EVICTORS, *OWN):
         name = EVICTION_NAMES[ev]
         at = tab[tab["evictor"] == name].set_index("step")["hit_rate"]
         series[f"eviction: {name}"] = [num(at.get(s)) if s in at.index else None for s in STEPS]
@@ -171,7 +176,7 @@ EXPERIMENT = Experiment(
             Sweep(("system=composed", "system/evictor=" + ",".join(EVICTORS),
                    "system/prefetcher=fmoe_maps", "system.prefetcher.delta_rule=false",
                    "system.prefetcher.semantic_matching=true,false")),
-            Sweep(("system=fmoe",))),
+            Sweep(("system=" + ",".join(OWN),))),
     table=table, figure=figure, claims=claims,
     notes=("Scaled down from the paper for the suite's time budget "
            "(conf/experiment/fmoe_ablation.yaml): synthetic prompts (their task-centroid "

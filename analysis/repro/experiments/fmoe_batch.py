@@ -3,7 +3,8 @@ paper_numbers.md A2-v1; v2 = EuroSys'26, A2), fMoE against DeepSpeed-Inference
 (layer_offload), Mixtral-Offloading (lru), ProMoE (composed(lfu, promoe)) and MoE-Infinity
 on Mixtral-8x7B, one RTX 3090 at its own expert cache; conf/experiment/fmoe_batch.yaml. All
 12 requests arrive at t = 0, so every batch is full until the queue drains (continuous
-batching).
+batching). The variants of MoE-Infinity and fMoE (systems/variants.py) run at every batch
+size, their own lines, never a baseline and never judged.
 
 Claims: v1 says fMoE keeps the lowest TTFT and the lowest TPOT "in most cases" from batch 1
 to 4. Rule, fixed before running, per metric: at a batch size, fMoE minus the lowest of the
@@ -22,6 +23,7 @@ from analysis.repro.experiments._fmoe_sweeps import (
     PROMOE,
     RANK,
     SOURCE,
+    VARIANTS,
     config,
     lines,
     num,
@@ -116,7 +118,8 @@ def claims(tab, runs, real):
 
 EXPERIMENT = Experiment(
     name="fmoe_batch", title=PAPER, mirrors=f"{PAPER}: batch 1 to 4",
-    sweeps=(Sweep(("system=layer_offload,lru,moe_infinity,fmoe", BATCHES)),
+    sweeps=(Sweep(("system=layer_offload,lru,moe_infinity,fmoe," + ",".join(VARIANTS),
+                   BATCHES)),
             Sweep((*PROMOE, BATCHES))),
     table=table, figure=figure, claims=claims,
     cannot_express=("the frameworks' own overheads and batching schedulers (as in "

@@ -17,7 +17,9 @@ can be compared.
 
 Claims: both versions' TPOT reductions with a 6 GB cache (v1 -32 / -24 / -18 / -18 %,
 EuroSys -36 / -25 / -16 / -29 % against DeepSpeed / Mixtral-Offloading / ProMoE /
-MoE-Infinity) as ratios fMoE / baseline paired by seed, each with the baseline's headroom;
+MoE-Infinity) as ratios fMoE / baseline paired by seed, each with the baseline's headroom
+and fmoe_admission's ratio beside it (the variants of MoE-Infinity and fMoE run at every
+size, their own lines, never judged);
 and v1's "fMoE has the lowest TPOT at every limit" as pairs: fMoE minus each other system at
 each size, every difference claimed negative (the stand-in in lru's place where lru cannot
 run). The paper's figure averages over models we do not know; ours is Mixtral alone.
@@ -37,11 +39,13 @@ from analysis.repro.experiments._fmoe_claims import (
 )
 from analysis.repro.experiments._fmoe_sweeps import (
     BASELINES,
+    FMOE_VARIANT,
     LRU_STANDIN,
     NAMES,
     PROMOE,
     RANK,
     SOURCE,
+    VARIANTS,
     config,
     lines,
     num,
@@ -171,6 +175,8 @@ def claims(tab, runs, real):
                 "cache", "ratio", paper=1.0 + c,
                 ours=values.seed_ratio(frame, {"label": "fmoe", **at}, {"label": used, **at}),
                 baseline=used, headroom=headroom(sub, used), note=note,
+                variant_name=FMOE_VARIANT, variant=values.seed_ratio(
+                    frame, {"label": FMOE_VARIANT, **at}, {"label": used, **at}),
                 averaged="paired by seed (Mixtral-8x7B alone)"))
     pairs, notes = [], []
     for gib in sorted({c for c in frame["cache"] if c}):
@@ -190,7 +196,7 @@ def claims(tab, runs, real):
 
 EXPERIMENT = Experiment(
     name="fmoe_cache_limit", title=PAPER, mirrors=f"{PAPER}: TPOT against the cache size",
-    sweeps=(Sweep(("system=layer_offload,moe_infinity,fmoe", CACHES)),
+    sweeps=(Sweep(("system=layer_offload,moe_infinity,fmoe," + ",".join(VARIANTS), CACHES)),
             Sweep(("system=lru", LRU_CACHES)),
             Sweep((*PROMOE, CACHES)),
             Sweep(("system=composed", "system/evictor=lru", "system/prefetcher=spec_next_layer",

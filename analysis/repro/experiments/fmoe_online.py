@@ -5,7 +5,8 @@ latency CDF per system; conf/experiment/fmoe_online.yaml (its comments give the 
 paper leaves open).
 
 Systems as in fmoe_overall: layer_offload (DeepSpeed-Inference), lru (Mixtral-Offloading),
-ProMoE = composed(lfu, promoe), moe_infinity and fmoe (d = 3, the paper's for Mixtral).
+ProMoE = composed(lfu, promoe), moe_infinity and fmoe (d = 3, the paper's for Mixtral), and
+beside them, never judged, their variants moe_infinity_hysteresis and fmoe_admission.
 Arrivals: the 2023 conversation trace from the shared data (azure_llm_traces, docs/serving.md)
 when present; otherwise, offline, a documented stand-in: Gamma gaps at 2.91 req/s with the
 coefficient of variation of the trace window used (first 256 rows of
@@ -27,6 +28,7 @@ from analysis.repro.experiments._fmoe_claims import (
     labelled,
     missing_note,
 )
+from analysis.repro.experiments._fmoe_sweeps import RANK, VARIANTS
 from analysis.repro.experiments.fmoe_overall import ORDER, PAPER_NAMES, PROMOE_EVICTOR, system_label
 from analysis.repro.output import new_figure
 from analysis.repro.spec import Experiment, Sweep
@@ -50,7 +52,7 @@ def arrival_overrides() -> tuple[str, ...]:
 
 def sweeps() -> tuple[Sweep, ...]:
     arr = (*SCALE, *arrival_overrides())
-    return (Sweep(("system=layer_offload,lru,moe_infinity,fmoe", *arr)),
+    return (Sweep(("system=layer_offload,lru,moe_infinity,fmoe," + ",".join(VARIANTS), *arr)),
             Sweep(("system=composed", f"system/evictor={PROMOE_EVICTOR}",
                    "system/prefetcher=promoe", *arr)))
 
@@ -82,8 +84,7 @@ def table(runs):
                      "tpot_p99_ms": r["tpot_p99_ms"], "hit_rate": r["hit_rate"],
                      "makespan_s": None if r["makespan_ms"] is None else r["makespan_ms"] / 1e3,
                      "goodput_rps": r["goodput_rps"]})
-    rank = {s: i for i, s in enumerate(ORDER)}
-    tab = pd.DataFrame(sorted(rows, key=lambda x: rank.get(x["system"], 9)))
+    tab = pd.DataFrame(sorted(rows, key=lambda x: RANK.get(x["system"], 9)))
     first = runs.iloc[0]
     cfg = first["_result"]["config"]
     header = [f"# {PAPER}, SIMULATED", "",
@@ -109,9 +110,8 @@ def figure(tab, runs):
     from harness.runner.store import run_dir_of
 
     fig, ax = new_figure(f"{PAPER}: end-to-end latency per request", runs.iloc[0]["routing"])
-    rank = {s: i for i, s in enumerate(ORDER)}
     results = sorted((r["_result"] for r in runs.to_dict("records") if r["status"] == "valid"),
-                     key=lambda res: rank.get(system_label(res), 9))
+                     key=lambda res: RANK.get(system_label(res), 9))
     for res in results:
         name = system_label(res)
         values = np.sort(request_latency(res, run_dir_of(res["config"]), "e2e")) / 1e3

@@ -1,7 +1,8 @@
 """fmoe_prefetch_distance: fMoE's prefetch distance d = 1..8 (arXiv 2502.05370 v1 Fig. 13,
 paper_numbers.md A2-v1; v2 = EuroSys'26, A2) for fmoe on Mixtral-8x7B, Qwen1.5-MoE and
 Phi-3.5-MoE, one RTX 3090, each at the 3090's own expert cache;
-conf/experiment/fmoe_prefetch_distance.yaml.
+conf/experiment/fmoe_prefetch_distance.yaml. fMoE's named variant fmoe_admission
+(systems/variants.py) is swept beside it, its own lines, never judged.
 
 What the papers say: v1 (brief) "d = 3 performs best" in its sensitivity figure, a too small
 d failing to hide the copies and a too large one lowering the hit rate; the EuroSys text picks
@@ -28,8 +29,16 @@ from analysis.repro.experiments._fmoe_claims import (
     location,
     missing_note,
 )
-from analysis.repro.experiments._fmoe_sweeps import SOURCE, config, lines, num, ratio, setting
-from analysis.repro.experiments.fmoe_overall import MODELS
+from analysis.repro.experiments._fmoe_sweeps import (
+    FMOE_VARIANT,
+    SOURCE,
+    config,
+    lines,
+    num,
+    ratio,
+    setting,
+)
+from analysis.repro.experiments.fmoe_overall import MODELS, system_label
 from analysis.repro.output import new_figure
 from analysis.repro.spec import Experiment, Sweep
 from analysis.repro.verdict import ClaimRow
@@ -37,6 +46,7 @@ from analysis.repro.verdict import ClaimRow
 PAPER = f"{SOURCE} prefetch distance"
 GRID = tuple(range(1, 9))  # d = 1..8, the paper's sweep
 KEY = "system.prefetch_distance"
+SYSTEMS = ("fmoe", FMOE_VARIANT)  # the seed (judged) and its variant (shown)
 # A location within x1.5 of the paper's d is "there": around d = 3 that accepts one grid step
 # either side (2 and 4), the resolution at which a pick from an image's integer grid can be
 # read; the same factor around 6 and 4 accepts 4..9 and 2.7..6. Fixed before any run.
@@ -45,35 +55,39 @@ V1_D = 3  # v1: d = 3 best, for every model (Fig. 13, and its setup: "d set to 3
 
 
 def table(runs):
-    """One row per (model, d): TPOT, TPOT / the model's lowest on the grid, hit rate, TTFT,
-    headroom; `paper_d` marks the paper's pick, `lowest` ours."""
+    """One row per (model, system, d): TPOT, TPOT / the curve's lowest on the grid, hit rate,
+    TTFT, headroom; `paper_d` marks the paper's pick, `lowest` ours."""
     import pandas as pd
 
     rows = []
     for r in collapse(runs).to_dict("records"):
         d = config(r["_result"], KEY)
         rows.append({"model": r["model"], "paper_model": MODELS.get(r["model"], ("",))[0],
-                     "d": int(d), "status": r["status"], "seeds": r["seeds"],
+                     "system": system_label(r["_result"]), "d": int(d),
+                     "status": r["status"], "seeds": r["seeds"],
                      "tpot_mean_ms": num(r["tpot_mean_ms"]),
                      "hit_rate": num(r["hit_rate"]), "ttft_mean_ms": num(r["ttft_mean_ms"]),
                      "headroom": num(r["headroom"]),
                      "paper_d": d == MODELS.get(r["model"], (None, None))[1]})
-    rank = {m: i for i, m in enumerate(MODELS)}
-    tab = pd.DataFrame(sorted(rows, key=lambda x: (rank.get(x["model"], 9), x["model"], x["d"])))
-    low = tab.groupby("model")["tpot_mean_ms"].transform("min")
-    tab.insert(5, "tpot_vs_lowest_ratio", [ratio(t, m) for t, m in zip(tab["tpot_mean_ms"], low)])
+    rank = {m: i for i, m in enumerate((*MODELS, *SYSTEMS))}
+    tab = pd.DataFrame(sorted(rows, key=lambda x: (rank.get(x["model"], 9), x["model"],
+                                                   rank.get(x["system"], 9), x["d"])))
+    curve = tab.groupby(["model", "system"])
+    low = curve["tpot_mean_ms"].transform("min")
+    tab.insert(6, "tpot_vs_lowest_ratio", [ratio(t, m) for t, m in zip(tab["tpot_mean_ms"], low)])
     tab["lowest"] = [t is not None and t == m for t, m in zip(tab["tpot_mean_ms"], low)]
     # where the hit rate peaks instead (the text read does not say which metric picks d)
-    top = tab.groupby("model")["hit_rate"].transform("max")
+    top = curve["hit_rate"].transform("max")
     tab["top_hit"] = [h is not None and h == m for h, m in zip(tab["hit_rate"], top)]
     paper = ", ".join(f"{n} d={d}" for n, d in MODELS.values())
     models = ", ".join(n for n, _ in MODELS.values())
     header = [f"# {PAPER}, SIMULATED", "", setting(runs, models=models, extra=(
         f"Batch 1, each model at the RTX 3090's own expert cache; means over the seeds run "
         f"(`seeds`). The EuroSys text's picks: {paper} (v1: d = 3) "
-        "(paper_d). tpot_vs_lowest_ratio = TPOT / the model's lowest TPOT on the grid "
-        "(lowest: where it is; top_hit: where the hit rate peaks). headroom = TPOT / "
-        "compute floor."))]
+        "(paper_d). tpot_vs_lowest_ratio = TPOT / the curve's (model and system) lowest "
+        "TPOT on the grid (lowest: where it is; top_hit: where the hit rate peaks). headroom "
+        f"= TPOT / compute floor. {FMOE_VARIANT}: fMoE with our admission rule (a named "
+        "variant, shown, not judged)."))]
     notes = ["fMoE predicts layer l + d from the trajectory match after layer l, and layers 0 to "
              "d - 1 of an iteration from the semantic match (docs/systems.md); a larger d "
              "starts each copy earlier but from a shorter trajectory.",
@@ -83,19 +97,27 @@ def table(runs):
 
 
 def figure(tab, runs):
-    """TPOT relative to each model's lowest, and the hit rate, against d; one line per model."""
+    """TPOT relative to each curve's lowest, and the hit rate, against d; one line per model
+    and system (the variant dashed)."""
     fig, ax = new_figure("", runs.iloc[0]["routing"], width=8.0, height=7.0)
     ax.remove()
     axes = fig.subplots(2, 1, sharex=True)
-    fig.suptitle(f"{PAPER} (fmoe, RTX 3090)", fontsize=10)
-    ok = tab[tab["status"] == "valid"]
-    names = {m: f"{n} (paper d = {d})" for m, (n, d) in MODELS.items()}
-    order = {m: i for i, m in enumerate(MODELS)}
-    for a, col, ylabel in ((axes[0], "tpot_vs_lowest_ratio", "TPOT / the model's lowest"),
+    fig.suptitle(f"{PAPER} (fmoe and its variant, RTX 3090)", fontsize=10)
+    ok = tab[tab["status"] == "valid"].assign(curve=lambda t: t["model"] + " " + t["system"])
+    names = {f"{m} {s}": f"{n} (paper d = {d})" + ("" if s == "fmoe" else f", {s}")
+             for m, (n, d) in MODELS.items() for s in SYSTEMS}
+    order = {c: i for i, c in enumerate(names)}
+    for a, col, ylabel in ((axes[0], "tpot_vs_lowest_ratio", "TPOT / the curve's lowest"),
                            (axes[1], "hit_rate", "expert hit rate")):
-        lines(a, ok, "d", col, "model", names, order)
+        lines(a, ok, "d", col, "curve", names, order)
+        for line in a.get_lines():  # one colour per model, the variant dashed
+            label = line.get_label()
+            line.set_color(next(f"C{i}" for i, (n, _) in enumerate(MODELS.values())
+                                if label.startswith(n)))
+            line.set_linestyle("--" if FMOE_VARIANT in label else "-")
+        a.legend(fontsize=7)
         a.set_ylabel(ylabel)
-    paper = ok[ok["paper_d"]]  # the paper's pick per model, ringed
+    paper = ok[ok["paper_d"] & (ok["system"] == "fmoe")]  # the paper's pick per model, ringed
     axes[0].scatter(paper["d"], paper["tpot_vs_lowest_ratio"], s=110, facecolors="none",
                     edgecolors="0.2", label="paper's d")
     axes[0].legend(fontsize=7)
@@ -106,7 +128,7 @@ def figure(tab, runs):
 
 
 def _location(frame, model: str, name: str, paper_d: int, version: str | None) -> ClaimRow:
-    ours, falls = location(frame, "d", GRID, "tpot_mean_ms", paper_d, model=model)
+    ours, falls = location(frame, "d", GRID, "tpot_mean_ms", paper_d, model=model, label="fmoe")
     source = {"v1": f"{V1}, Fig. 13", "eurosys": f"{EUROSYS}, sensitivity",
               None: f"{BOTH}: v1 Fig. 13, EuroSys sensitivity"}[version]
     return ClaimRow(
@@ -119,7 +141,7 @@ def _location(frame, model: str, name: str, paper_d: int, version: str | None) -
 
 def claims(tab, runs, real):
     """Per model: where TPOT is lowest against each version's pick; v1's hit-rate drop."""
-    frame = labelled(runs, lambda res: "fmoe", d=lambda res: int(config(res, KEY)))
+    frame = labelled(runs, system_label, d=lambda res: int(config(res, KEY)))
     out = []
     for model, (name, paper_d) in MODELS.items():
         if paper_d == V1_D:
@@ -127,7 +149,8 @@ def claims(tab, runs, real):
         else:
             out += [_location(frame, model, name, V1_D, "v1"),
                     _location(frame, model, name, paper_d, "eurosys")]
-    pairs = [({"model": m, "d": V1_D}, {"model": m, "d": GRID[-1]}) for m in MODELS]
+    pairs = [({"model": m, "label": "fmoe", "d": V1_D},
+              {"model": m, "label": "fmoe", "d": GRID[-1]}) for m in MODELS]
     diffs, missing = differences(frame, pairs, "miss_rate")
     out.append(ClaimRow(
         "fmoe_prefetch_distance.v1.large_d_lowers_hit", "fmoe_prefetch_distance",
@@ -149,7 +172,8 @@ def claims(tab, runs, real):
 
 EXPERIMENT = Experiment(
     name="fmoe_prefetch_distance", title=PAPER, mirrors=f"{PAPER}: d = 1 to 8",
-    sweeps=(Sweep(("model=" + ",".join(MODELS), f"{KEY}=" + ",".join(map(str, GRID)))),),
+    sweeps=(Sweep(("model=" + ",".join(MODELS), "system=" + ",".join(SYSTEMS),
+                   f"{KEY}=" + ",".join(map(str, GRID)))),),
     table=table, figure=figure, claims=claims,
     cannot_express=("the frameworks' own overheads (as in fmoe_overall)",),
     notes=("Scaled down from the paper for the suite's time budget "

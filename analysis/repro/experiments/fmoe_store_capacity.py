@@ -1,6 +1,7 @@
 """fmoe_store_capacity: fMoE's Expert Map Store capacity (arXiv 2502.05370 v1 Fig. 14a and 16,
 paper_numbers.md A2-v1; v2 = EuroSys'26, A2) for fmoe on Mixtral-8x7B, one RTX 3090 at its own
-expert cache, d = 3; conf/experiment/fmoe_store_capacity.yaml.
+expert cache, d = 3; conf/experiment/fmoe_store_capacity.yaml. fMoE's named variant
+fmoe_admission (systems/variants.py) is swept beside it, its own rows and line, never judged.
 
 The papers: 1K maps by default; 32K maps take < 200 MB of host memory (both versions; not
 expressible: the simulator does not model host memory). v1 (Fig. 14a): the semantic and
@@ -20,20 +21,23 @@ from __future__ import annotations
 from analysis.repro import stats, values
 from analysis.repro.experiments._fmoe_claims import V1, collapse, labelled
 from analysis.repro.experiments._fmoe_sweeps import SOURCE, config, lines, num, ratio, setting
+from analysis.repro.experiments.fmoe_overall import system_label
 from analysis.repro.output import new_figure
 from analysis.repro.spec import Experiment, Sweep
 from analysis.repro.verdict import ClaimRow
+from systems.variants import variants_of
 
 PAPER = f"{SOURCE} Expert Map Store capacity"
 GRID = (16, 64, 256, 1000, 4000)  # maps; 1000 is the paper's default (paper_numbers.md A2)
 DEFAULT = 1000
 BELOW, ABOVE = 256, 4000  # the flattening rule's points, x4 either side of the default
 KEY = "system.store_capacity"
+SYSTEMS = ("fmoe", *variants_of("fmoe"))  # the seed (judged) and its variant (shown)
 
 
 def table(runs):
-    """One row per capacity: the maps offered and kept, TPOT (and / the default's), hit rate,
-    the matches made."""
+    """One row per (system, capacity): the maps offered and kept, TPOT (and / the system's at
+    the default), hit rate."""
     import pandas as pd
 
     rows = []
@@ -41,7 +45,8 @@ def table(runs):
         res, s = r["_result"], r["_result"].get("system") or {}
         w = res["config"]["workload"]
         online = int(r["requests"] or 0) * int(w.get("output_len") or 0)
-        rows.append({"store_capacity": int(config(res, KEY)), "status": r["status"],
+        rows.append({"system": system_label(res), "store_capacity": int(config(res, KEY)),
+                     "status": r["status"],
                      "seeds": r["seeds"],
                      "maps_offered": (s.get("calibration_maps") or 0) + online,
                      "store_maps": s.get("store_maps"),
@@ -49,14 +54,19 @@ def table(runs):
                      "tpot_mean_ms": num(r["tpot_mean_ms"]), "hit_rate": num(r["hit_rate"]),
                      "hit_rate_decode": num(r["hit_rate_decode"]),
                      "ttft_mean_ms": num(r["ttft_mean_ms"]), "headroom": num(r["headroom"])})
-    tab = pd.DataFrame(sorted(rows, key=lambda x: x["store_capacity"]))
-    base = tab.set_index("store_capacity")["tpot_mean_ms"].get(DEFAULT)
-    tab.insert(7, "tpot_vs_default_ratio", [ratio(t, base) for t in tab["tpot_mean_ms"]])
+    rank = {s: i for i, s in enumerate(SYSTEMS)}
+    tab = pd.DataFrame(sorted(rows, key=lambda x: (rank.get(x["system"], 9), x["system"],
+                                                   x["store_capacity"])))
+    base = {s: t for s, c, t in zip(tab["system"], tab["store_capacity"], tab["tpot_mean_ms"])
+            if c == DEFAULT}
+    tab.insert(8, "tpot_vs_default_ratio",
+               [ratio(t, base.get(s)) for s, t in zip(tab["system"], tab["tpot_mean_ms"])])
     header = [f"# {PAPER}, SIMULATED", "", setting(runs, (
         "Batch 1, fmoe at d = 3, the RTX 3090's own expert cache. maps_offered = calibration "
         "maps (warm-up) + one per measured request and iteration (online updates); store_maps "
-        "= maps held at the end; tpot_vs_default_ratio = TPOT / TPOT at the paper's default "
-        f"{DEFAULT} maps."))]
+        "= maps held at the end; tpot_vs_default_ratio = TPOT / the same system's TPOT at the "
+        f"paper's default {DEFAULT} maps. {SYSTEMS[1]}: fMoE with our admission rule (a "
+        "named variant, shown, not judged)."))]
     notes = ["A full store replaces the stored map most redundant with the incoming one "
              "(docs/systems.md, fmoe); a capacity at or above maps_offered never replaces."]
     return tab, header, notes
@@ -67,24 +77,27 @@ def figure(tab, runs):
     fig, ax = new_figure("", runs.iloc[0]["routing"], width=7.0, height=6.0)
     ax.remove()
     axes = fig.subplots(2, 1, sharex=True)
-    fig.suptitle(f"{PAPER} (fmoe, Mixtral-8x7B, RTX 3090)", fontsize=10)
-    ok = tab[tab["status"] == "valid"].assign(series="fmoe")
+    fig.suptitle(f"{PAPER} (Mixtral-8x7B, RTX 3090)", fontsize=10)
+    ok = tab[tab["status"] == "valid"]
+    order = {s: i for i, s in enumerate(SYSTEMS)}
     for a, col, ylabel in ((axes[0], "tpot_mean_ms", "TPOT mean (ms, simulated)"),
                            (axes[1], "hit_rate", "expert hit rate")):
-        lines(a, ok, "store_capacity", col, "series")
-        a.get_legend().remove()  # one series: the title names it
+        lines(a, ok, "store_capacity", col, "system", order=order)
         a.axvline(DEFAULT, color="0.5", ls="--", lw=0.8)  # the paper's default
         a.set_ylabel(ylabel)
     axes[1].set_xscale("log")
     axes[1].set_xticks(GRID, [str(g) for g in GRID])
     axes[1].set_xlabel("Expert Map Store capacity (maps; dashed: the paper's 1K)")
+    axes[1].get_legend().remove()  # one legend, in the first panel
     return fig
 
 
 def _flattening(frame) -> ClaimRow:
-    hit = {c: values.by_seed(frame, "hit_rate", cap=c) for c in (BELOW, DEFAULT, ABOVE)}
+    hit = {c: values.by_seed(frame, "hit_rate", label="fmoe", cap=c)
+           for c in (BELOW, DEFAULT, ABOVE)}
     seeds = set(hit[BELOW]) & set(hit[DEFAULT]) & set(hit[ABOVE])
-    rises = values.seed_difference(frame, {"cap": DEFAULT}, {"cap": BELOW}, "miss_rate")
+    rises = values.seed_difference(frame, {"label": "fmoe", "cap": DEFAULT},
+                                   {"label": "fmoe", "cap": BELOW}, "miss_rate")
     above = {s: hit[ABOVE][s] - hit[DEFAULT][s] for s in seeds}
     below = {s: hit[DEFAULT][s] - hit[BELOW][s] for s in seeds}
     diffs = [rises, stats.difference(above, below)] if seeds and rises is not None else None
@@ -99,7 +112,7 @@ def _flattening(frame) -> ClaimRow:
 
 
 def claims(tab, runs, real):
-    frame = labelled(runs, lambda res: "fmoe", cap=lambda res: int(config(res, KEY)))
+    frame = labelled(runs, system_label, cap=lambda res: int(config(res, KEY)))
     return [_flattening(frame), ClaimRow(
         "fmoe_store_capacity.memory_32k", "fmoe_store_capacity",
         "arXiv v1 Fig. 16 and EuroSys'26 text (paper_numbers.md A2-v1, A2)",
@@ -114,7 +127,7 @@ def claims(tab, runs, real):
 
 EXPERIMENT = Experiment(
     name="fmoe_store_capacity", title=PAPER, mirrors=f"{PAPER}: TPOT and hit rate",
-    sweeps=(Sweep((f"{KEY}=" + ",".join(map(str, GRID)),)),),
+    sweeps=(Sweep(("system=" + ",".join(SYSTEMS), f"{KEY}=" + ",".join(map(str, GRID)))),),
     table=table, figure=figure, claims=claims,
     cannot_express=("the map store's host memory (the paper: 32K maps < 200 MB)",
                     "stores beyond the 5120 maps our 40 requests offer"),

@@ -23,6 +23,10 @@ four workloads are the same shift (to an unseen task, after a history of other t
 different histories, and the paper's contrast between within- and cross-dataset shifts
 cannot show. The reference runs (learn_online false, a one-EAM history) measure what the
 collection's history is worth at all on the same requests.
+
+MoE-Infinity's named variant moe_infinity_hysteresis (systems/variants.py) serves the same
+streams, its own rows (`system`) and, in each claim, its value beside the paper rule's;
+never judged.
 """
 
 from __future__ import annotations
@@ -34,12 +38,15 @@ from analysis.repro.output import new_figure
 from analysis.repro.spec import Experiment, Sweep
 from analysis.repro.values import request_tpot_ms, run_dir, seed_of
 from analysis.repro.verdict import ClaimRow
+from systems.variants import variants_of
 
 SOURCE = f"{PAPER} Table 3 (requests to recover after a task shift)"
 # Table 3 row -> (history dataset, after-shift dataset): workload.calibration_tasks and
 # workload.task_order of its runs
 WORKLOADS = {"MMLU tasks": ("mmlu", "mmlu"), "BIG-bench tasks": ("bigbench", "bigbench"),
              "MMLU -> BIG-bench": ("mmlu", "bigbench"), "BIG-bench -> MMLU": ("bigbench", "mmlu")}
+SYSTEM = "moe_infinity"  # the paper's rule: the claims and the reference are its runs
+VARIANTS = variants_of(SYSTEM)
 REFERENCE = "reference: no learning"  # learn_online false, one-EAM history, MMLU requests
 # no "|" in notes: the claims report is a markdown table
 SAME_SHIFT = ("synthetic tasks carry no dataset-level routing (a task's preference is drawn "
@@ -68,11 +75,12 @@ def _series(row: dict) -> list:
     return list(request_tpot_ms(run_dir(row)))
 
 
-def streams(runs) -> dict[tuple, list]:
-    """{(model, workload): [(seed, per-request TPOT list)]} over valid runs, seeds ascending."""
+def streams(runs, system: str = SYSTEM) -> dict[tuple, list]:
+    """{(model, workload): [(seed, per-request TPOT list)]} over `system`'s valid runs, seeds
+    ascending."""
     out: dict[tuple, list] = {}
     for r in runs.to_dict("records"):
-        if r["status"] == "valid" and workload_of(r) is not None:
+        if r["status"] == "valid" and r["system"] == system and workload_of(r) is not None:
             seed = seed_of(r)
             out.setdefault((r["model"], workload_of(r)), []).append((seed, _series(r)))
     return {k: sorted(v, key=lambda s: s[0]) for k, v in out.items()}
@@ -90,13 +98,14 @@ def _vs_reference(found: list, ref: list) -> float | None:
     return _mean(pairs)
 
 
-def _row(model: str, workload: str, found: list, ref: list) -> dict:
+def _row(model: str, workload: str, found: list, ref: list, system: str = SYSTEM) -> dict:
     rec = [recovery(x) for _, x in found]
     got = [r["requests"] for r in rec if r["requests"] is not None]
     paper = TABLE3.get(workload, {}).get(model)
     hist, after = WORKLOADS.get(workload, ("(one EAM)", "mmlu"))
     return {
-        "model": model, "workload": workload, "history": hist, "after_shift": after,
+        "model": model, "workload": workload, "system": system, "history": hist,
+        "after_shift": after,
         "streams": len(rec), "requests_per_stream": len(found[0][1]) if found else None,
         "recover_min": min(got) if got else None, "recover_mean": _mean(got),
         "recover_max": max(got) if got else None, "not_recovered": len(rec) - len(got),
@@ -122,12 +131,17 @@ def table(runs):
     rows = [_row(m, w, found.get((m, w), []), found.get((m, REFERENCE), []))
             for m in TABLE3_MODELS for w in (*WORKLOADS, REFERENCE)
             if w != REFERENCE or (m, w) in found]
+    for v in VARIANTS:  # the variant's streams, where it ran (the reference is the seed's)
+        mine = streams(runs, v)
+        rows += [_row(m, w, mine[(m, w)], found.get((m, REFERENCE), []), v)
+                 for m in TABLE3_MODELS for w in WORKLOADS if (m, w) in mine]
     first = runs.iloc[0]
     shifted = [r["_result"]["config"] for r in runs.to_dict("records")
                if workload_of(r) not in (None, REFERENCE)]
     history = shifted[0].get("calibration_requests") if shifted else "?"
     header = [f"# {SOURCE}, SIMULATED", "",
-              f"moe_infinity on {first['hardware']}, batch 1, prompt 512, decode 32, "
+              f"{SYSTEM} (and its variant {', '.join(VARIANTS)}, shown, not judged) on "
+              f"{first['hardware']}, batch 1, prompt 512, decode 32, "
               f"{first['routing']} routing (synthetic MMLU- and BIG-bench-labelled tasks). "
               f"Each stream: the collection warmed on {history} requests of as many tasks of "
               "`history`, then `requests_per_stream` requests of one unseen `after_shift` "
@@ -183,7 +197,8 @@ def _slug(text: str) -> str:
 def history_worth(tab, model: str) -> str:
     """What the collection's history does to TPOT here, from the table: the model's streams
     after a shift to MMLU against the reference on the same requests (paired by seed)."""
-    rows = tab[(tab["model"] == model) & (tab["workload"] != REFERENCE)]
+    rows = tab[(tab["model"] == model) & (tab["workload"] != REFERENCE)
+               & (tab["system"] == SYSTEM)]
     paired = rows["vs_reference_share"].dropna()
     sd = rows["request_sd_share"].dropna()
     noise = f"; one request's TPOT sd is {sd.mean():.1%} of its mean" if len(sd) else ""
@@ -198,10 +213,11 @@ AVERAGED = ("1 + requests to recover, averaged over the streams (one per seed) a
             "recovers is left out and counted in the note")
 
 
-def per_seed(runs, model: str, workload: str) -> tuple[dict[int, float], int]:
+def per_seed(runs, model: str, workload: str, system: str = SYSTEM
+             ) -> tuple[dict[int, float], int]:
     """({seed: 1 + requests to recover}, streams that never recovered) for one Table 3 cell."""
     out, lost = {}, 0
-    for seed, x in streams(runs).get((model, workload), []):
+    for seed, x in streams(runs, system).get((model, workload), []):
         got = recovery(x)["requests"]
         if got is None:
             lost += 1
@@ -219,7 +235,9 @@ def claims(tab, runs, real):
         worth = history_worth(tab, model)
         for workload in WORKLOADS:
             found, lost = per_seed(runs, model, workload)
-            row = tab[(tab["model"] == model) & (tab["workload"] == workload)]
+            variant = per_seed(runs, model, workload, VARIANTS[0])[0]
+            row = tab[(tab["model"] == model) & (tab["workload"] == workload)
+                      & (tab["system"] == SYSTEM)]
             length = None if row.empty else row.iloc[0]["requests_per_stream"]
             paper = TABLE3[workload][model][1]
             out.append(ClaimRow(
@@ -227,6 +245,7 @@ def claims(tab, runs, real):
                 f"{model}: {paper} requests to recover on average after {workload}", "ratio",
                 paper=1.0 + paper, ours=stats.mean(found) if found else None,
                 baseline="recovery at the first request", averaged=AVERAGED,
+                variant_name=VARIANTS[0], variant=stats.mean(variant) if variant else None,
                 note=(f"ours over {len(found)} recovered stream(s) of {int(length)} requests"
                       f"{f' ({lost} never recovered)' if lost else ''}; {worth}"
                       if found else "no recovered stream of ours for this model and workload")))
@@ -241,6 +260,8 @@ EXPERIMENT = Experiment(
     # seeds: the suite's (analysis/repro/spec.py), one stream per seed
     sweeps=(Sweep(("model=arctic", *_WORKLOAD_SWEEP)),
             Sweep(("model=nllb_moe_54b,mixtral_8x7b", *_WORKLOAD_SWEEP)),
+            Sweep(("model=arctic,nllb_moe_54b,mixtral_8x7b", f"system={','.join(VARIANTS)}",
+                   *_WORKLOAD_SWEEP)),
             Sweep(("model=arctic,nllb_moe_54b,mixtral_8x7b",
                    "system.learn_online=false", "calibration_requests=1"))),
     table=table, figure=figure, claims=claims,
