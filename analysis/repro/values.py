@@ -71,6 +71,16 @@ def seed_mean(runs, column: str, **where) -> float | None:
     return math.fsum(got.values()) / len(got) if got else None
 
 
+def headroom(runs, **where) -> float | None:
+    """The claims' `headroom` column, one rule for every experiment: the geometric mean of
+    TPOT / compute floor over the valid runs matching `where` (every seed and every cell the
+    claim averages over; a ratio, so averaged on the log scale). None without a run."""
+    vals = [float(r["headroom"]) for r in _rows(runs, where)
+            if r.get("headroom") is not None and r["headroom"] == r["headroom"]
+            and r["headroom"] > 0]
+    return math.exp(math.fsum(map(math.log, vals)) / len(vals)) if vals else None
+
+
 def per_request_tpot(runs, **where):
     """float64 [requests]: per-request TPOT (ms) of the one valid run matching `where` (a
     real-sample run), in request order (docs/metrics.md `tpot_ms`)."""

@@ -81,13 +81,6 @@ def headline_ratio(frame, system: str, bases: tuple[str, ...], columns: tuple[st
     return stats.log_mean(both) if both else None
 
 
-def headroom(frame, label: str) -> float | None:
-    """The geometric mean of a system's headroom (TPOT / compute floor) over its valid runs."""
-    vals = [float(h) for h, lab, st in zip(frame["headroom"], frame["label"], frame["status"])
-            if lab == label and st == "valid" and h is not None and h == h and h > 0]
-    return math.exp(math.fsum(map(math.log, vals)) / len(vals)) if vals else None
-
-
 def differences(frame, pairs: list[tuple[dict, dict]], column: str
                 ) -> tuple[list[stats.Estimate] | None, list[str]]:
     """Paired-by-seed differences a - b for each (a, b) selection; the selections with no

@@ -51,13 +51,6 @@ def best_variant(runs, base: str, column: str = "tpot_mean_ms", **where
     return max(found, key=lambda f: f[1].mean) if found else (None, None)
 
 
-def headroom(runs, system: str, **where) -> float | None:
-    """The system's TPOT / compute floor, averaged over seeds (one number for the report's
-    column: how much faster a perfect policy could be than this system)."""
-    per_seed = values.by_seed(runs, "headroom", system=system, **where)
-    return stats.mean(per_seed).mean if per_seed else None
-
-
 def order(runs, systems: list[str], **where) -> list[str] | None:
     """`systems` best (lowest mean TPOT) first; None unless every one has a run."""
     if runs is None:

@@ -213,9 +213,8 @@ def _average(cells, keep=None):
 def _throughput(runs, base):
     grid = _grid(runs)
     ours, used = _average(_cells(runs, "diff_moe", base))
-    heads = [seed_mean(runs, "headroom", system=base, model=m, max_batch=b) for m, b in used]
-    heads = [h for h in heads if h]
-    head = math.exp(math.fsum(map(math.log, heads)) / len(heads)) if heads else None
+    cells = [(m, b) in used for m, b in zip(runs["model"], runs["max_batch"])]
+    head = values.headroom(runs[cells], system=base)
     variants = [(v, _average(_cells(runs, v, base), used)[0]) for v in VARIANTS]
     variants = [(v, e) for v, e in variants if e is not None]
     name, variant = max(variants, key=lambda ve: ve[1].mean) if variants else (None, None)

@@ -33,7 +33,6 @@ from analysis.repro.experiments._fmoe_claims import (
     V1,
     collapse,
     differences,
-    headroom,
     labelled,
     missing_note,
 )
@@ -174,7 +173,7 @@ def claims(tab, runs, real):
                 f"fMoE's TPOT {c:+.0%} against {NAMES[base]} ({base}) with a 6 GB expert "
                 "cache", "ratio", paper=1.0 + c,
                 ours=values.seed_ratio(frame, {"label": "fmoe", **at}, {"label": used, **at}),
-                baseline=used, headroom=headroom(sub, used), note=note,
+                baseline=used, headroom=values.headroom(sub, label=used), note=note,
                 variant_name=FMOE_VARIANT, variant=values.seed_ratio(
                     frame, {"label": FMOE_VARIANT, **at}, {"label": used, **at}),
                 averaged="paired by seed (Mixtral-8x7B alone)"))

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import math
 
+from analysis.repro import values
 from analysis.repro.experiments._fmoe_claims import (
     AVERAGED,
     EUROSYS,
@@ -36,7 +37,6 @@ from analysis.repro.experiments._fmoe_claims import (
     averaged_ratio,
     collapse,
     headline_ratio,
-    headroom,
     labelled,
 )
 from analysis.repro.output import grouped_bars, new_figure
@@ -278,7 +278,8 @@ def _ratio_row(frame, version: str, what: str, base: str) -> ClaimRow:
         f"fMoE's {name} {change:+.0%} against {PAPER_NAMES[base]} ({base}), averaged over "
         "the three models", "ratio", paper=1.0 + change,
         ours=averaged_ratio(frame, "fmoe", base, col), baseline=base,
-        headroom=headroom(frame, base) if what == "tpot" else None, averaged=AVERAGED,
+        headroom=values.headroom(frame, label=base) if what == "tpot" else None,
+        averaged=AVERAGED,
         variant_name=VARIANT, variant=averaged_ratio(frame, VARIANT, base, col),
         oracle=averaged_ratio(frame, "oracle", base, col))
 

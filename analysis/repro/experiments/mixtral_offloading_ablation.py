@@ -215,7 +215,7 @@ def claims(tab, runs, real):
                     f"full faster than {cfg} ({cell})", "ratio",
                     paper=paper_tok_s(dev, bits, FULL) / paper_tok_s(dev, bits, cfg),
                     ours=_full_over(frame, dev, bits, cfg), baseline=cfg,
-                    headroom=seed_mean(frame, "headroom", hardware=dev, bits=bits, config=cfg),
+                    headroom=values.headroom(frame, hardware=dev, bits=bits, config=cfg),
                     note=LATE_GUESSES if cfg == NO_PRELOAD else None))
             ours, diffs = _ordering(frame, dev, bits)
             out.append(ClaimRow(

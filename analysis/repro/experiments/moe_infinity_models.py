@@ -12,6 +12,7 @@ for Mixtral's claims.
 
 from __future__ import annotations
 
+from analysis.repro import values
 from analysis.repro.experiments import _moe_infinity_claims as mic
 from analysis.repro.experiments._moe_infinity_paper import (
     FIG7_MIXTRAL_MS,
@@ -149,7 +150,7 @@ def claims(tab, runs, real):
                 ours=mic.speedup(runs, base, model=model),
                 ours_real=(mic.real_speedup(real, base, model=model)
                            if model == REAL_MODEL else None),
-                baseline=base, headroom=mic.headroom(runs, base, model=model),
+                baseline=base, headroom=values.headroom(runs, system=base, model=model),
                 averaged=AVERAGED, variant_name=name, variant=variant,
                 oracle=mic.speedup(runs, base, mic.ORACLE, model=model)))
     out.append(_fig7(runs, real))
@@ -166,7 +167,7 @@ def _fig7(runs, real):
         f"{FIG7_MIXTRAL_SPEEDUP}x faster than Mixtral-Offloading (lru)", "ratio",
         paper=FIG7_MIXTRAL_SPEEDUP, ours=mic.speedup(runs, "lru", model=REAL_MODEL),
         ours_real=mic.real_speedup(real, "lru", model=REAL_MODEL), baseline="lru",
-        headroom=mic.headroom(runs, "lru", model=REAL_MODEL), averaged=AVERAGED,
+        headroom=values.headroom(runs, system="lru", model=REAL_MODEL), averaged=AVERAGED,
         variant_name=name, variant=variant,
         oracle=mic.speedup(runs, "lru", mic.ORACLE, model=REAL_MODEL),
         note="the paper names BrainStorm beside Mixtral-Offloading for this factor; "

@@ -13,7 +13,7 @@ from analysis.paper_numbers import MOE_INFINITY_TABLE1, TABLE1_FOOTNOTES
 from analysis.repro.experiments import _moe_infinity_claims as mic
 from analysis.repro.output import grouped_bars, new_figure
 from analysis.repro.spec import Experiment, Sweep
-from analysis.repro.values import by_seed
+from analysis.repro.values import by_seed, headroom
 from analysis.repro.verdict import ClaimRow
 from analysis.table1 import header, row, sort_key, varying_facts
 from harness.runner.config import TABLE1_GLOB
@@ -104,7 +104,7 @@ def _family_row(runs, real, stem, column, paper_col, words, base, paper_name):
                    "ratio", paper=paper, ours=ours, baseline=base, averaged=AVERAGED,
                    note=SWAP_NOTE if base == "lru" else None)
     if stem == "speedup":  # headroom bounds mean TPOT; the real sample gives mean TPOT only
-        row.headroom = mic.headroom(runs, base)
+        row.headroom = headroom(runs, system=base)
         row.ours_real = mic.real_speedup(real, base)
     if stem != "gpu_idle":  # the oracle's stall can be 0: no ratio to show
         row.variant_name, row.variant = mic.best_variant(runs, base, column)
