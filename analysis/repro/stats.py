@@ -179,3 +179,21 @@ def bootstrap_difference(a: Sequence[float], b: Sequence[float],
         return Estimate(est, None, None, len(x), "point")
     lo, hi = _percentiles(lambda idx: x[idx].mean(axis=1), len(x), draws, seed)
     return Estimate(est, lo, hi, len(x), "bootstrap")
+
+
+def bootstrap_statistic(values: Sequence[float], stat, draws: int = BOOTSTRAP_DRAWS,
+                        seed: int = BOOTSTRAP_SEED) -> Estimate:
+    """`stat` of one system's per-request values on a real sample, with the percentile
+    bootstrap over requests. `stat` maps float [draws, n] to [draws] (e.g. the mean or a
+    percentile along axis 1); it is applied to [1, n] for the point. Fewer than
+    MIN_BOOTSTRAP_REQUESTS requests: the point only."""
+    import numpy as np
+
+    x = np.asarray(values, dtype=np.float64)
+    if x.ndim != 1 or not len(x):
+        raise ValueError(f"per-request values must be one non-empty list, got {x.shape}")
+    est = float(stat(x[None, :])[0])
+    if len(x) < MIN_BOOTSTRAP_REQUESTS:
+        return Estimate(est, None, None, len(x), "point")
+    lo, hi = _percentiles(lambda idx: stat(x[idx]), len(x), draws, seed)
+    return Estimate(est, lo, hi, len(x), "bootstrap")
