@@ -1,7 +1,7 @@
 """`moebench holdout-check --split develop|final`: synthetic routing checked against real
 DeepSeek-V2-Lite routing held out from the generator's fit (issue 28, item 4).
 
-The shared 1,000-prompt sample is cut in three (prompts 1-based, file order):
+The shared 1,000-prompt sample is cut in three (prompts by the sample's 1-based prompt_id):
 
   fit      prompts   1-400   the routing targets (analysis/routing_targets/); never read here
   develop  prompts 401-700   warm-up 401-600, measured 601-700; run while tuning
@@ -9,7 +9,7 @@ The shared 1,000-prompt sample is cut in three (prompts 1-based, file order):
 
 Prompt numbers are the sample's `prompt_id`; the file has 999 records (prompt 317 absent),
 so `prompt_slice` maps them to record slices (`characterize --prompts 1-400`, which made the
-targets, counts records: it read prompts 1-401; 401 is only warm-up here).
+targets, selects by the same ids: no split shares a prompt).
 
 Both sides run every Table 1 system at table1_real's shape (analysis/repro/real.py): the
 Table 1 setting (one RTX A5000 at 24 GB/s, batch 1, bf16), the last DECODE_TOKENS tokens of

@@ -133,14 +133,15 @@ def write_png(path: Path, name: str, st: dict) -> bool:
 
 
 def load_sequences(path: str, model: str | None, duplicates: str):
-    """(name, sequences, E, k, trace or None, note) from a trace v1 file or a recording."""
+    """(name, sequences, E, k, trace or None, note, request ids or None) from a trace v1
+    file or a recording (ids: the recording's request ids, in file order)."""
     from core.trace import read_trace
 
     if path.endswith(".npz"):
         tr = read_trace(path)
         kind = "SYNTHETIC routing" if tr.synthetic else f"routing {tr.routing_source}"
         return (Path(path).name, request_sequences(tr), tr.num_experts, tr.top_k, tr,
-                f"{kind}; trace sha256 {tr.content_sha256()[:16]}.")
+                f"{kind}; trace sha256 {tr.content_sha256()[:16]}.", None)
     from workloads.importers import model_shape, read_routing
 
     if not model:
@@ -153,7 +154,19 @@ def load_sequences(path: str, model: str | None, duplicates: str):
                              f"of top-{r.ids.shape[2]}; {model} needs {shape['num_moe_layers']}"
                              f" of top-{shape['top_k']}")
     return (Path(path).name, [r.ids for r in reqs], shape["num_experts"], shape["top_k"], None,
-            f"Recorded routing (raw file, gaps kept as missing); file sha256 {sha[:16]}.")
+            f"Recorded routing (raw file, gaps kept as missing); file sha256 {sha[:16]}.",
+            [r.id for r in reqs])
+
+
+def select_prompts(ids: list, first: int, last: int) -> list[int]:
+    """Indices (file order) of the requests numbered first..last: by request id where every
+    id is an integer (the DeepSeek-V2-Lite sample's prompt_id: its prompt 317 is absent, so
+    ids 1-400 are 399 records), else by 1-based file position."""
+    try:
+        nums = [int(i) for i in ids]
+    except (TypeError, ValueError):
+        nums = list(range(1, len(ids) + 1))
+    return [i for i, n in enumerate(nums) if first <= n <= last]
 
 
 def main(argv: list[str]) -> int:
@@ -165,7 +178,8 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--seed", type=int, default=0, help="K-means seed")
     ap.add_argument("--out", help="output folder (default results/characterize/<name>)")
     ap.add_argument("--prompts", metavar="A-B",
-                    help="raw recordings: only its requests A..B (1-based, file order)")
+                    help="raw recordings: only its requests numbered A..B (the request id "
+                         "where ids are integers, else 1-based file order)")
     ap.add_argument("--decode-tokens", type=int, default=0, metavar="N",
                     help="raw recordings: each request's last N tokens are its (teacher-forced) "
                          "decode window for the decode statistics; requests of <= N tokens "
@@ -186,14 +200,16 @@ def main(argv: list[str]) -> int:
         ap.error("an input file (or --calibration) is required")
     t0 = time.perf_counter()
     try:
-        name, seqs, E, k, tr, note = load_sequences(args.input, args.model, args.duplicates)
+        name, seqs, E, k, tr, note, ids = load_sequences(args.input, args.model,
+                                                         args.duplicates)
     except (OSError, ValueError) as exc:
         print(f"moebench characterize: error: {exc}", file=sys.stderr)
         return 2
     if args.prompts and tr is None:
         first, last = (int(x) for x in args.prompts.split("-"))
-        seqs = seqs[first - 1:last]
-        name, note = f"{name} (requests {args.prompts})", f"{note} Requests {args.prompts}."
+        seqs = [seqs[i] for i in select_prompts(ids, first, last)]
+        name = f"{name} (requests {args.prompts})"
+        note = f"{note} Requests numbered {args.prompts}: {len(seqs)} of the file's {len(ids)}."
     st = characterize(seqs, E, k, args.min_tokens, args.seed)
     st["spec_hit"] = spec_recall(tr) if tr is not None else None
     dec = decode_sequences(tr) if tr is not None else teacher_forced(seqs, args.decode_tokens)

@@ -140,3 +140,13 @@ def test_experiment_table_on_a_tiny_trace():
     assert row["within_tolerance"] in ("yes", "no")
     # four requests: no K-means (fewer than 8), so the group rows are n/a
     assert (tab[tab["statistic"] == "groups.all"]["within_tolerance"] == "n/a").all()
+
+
+def test_characterize_prompts_select_by_request_id():
+    from analysis.routing_report import select_prompts
+
+    # ids with a gap (as the DeepSeek-V2-Lite sample lacks prompt 317): 2-5 are records 1-3
+    assert select_prompts([1, 2, 3, 5, 6], 2, 5) == [1, 2, 3]
+    assert select_prompts(["1", "2", "4"], 1, 3) == [0, 1]  # integer-like strings are ids
+    # names that are not integers: 1-based file order
+    assert select_prompts(["a", "b", "c"], 2, 3) == [1, 2]
