@@ -4,6 +4,7 @@
   moebench reproduce NAME|all       run reproduction experiments, then their reports
   moebench report NAME|all          an experiment's table and figure from its results
   moebench claims                   results/claims.{md,csv}: every published claim, a verdict
+  moebench claims-diff OLD NEW      which verdicts moved between two claims.csv files
   moebench figures                  every report and the claims, from results only
   moebench table1 [results dir]     write results/table1/table1.{md,csv} from finished runs
   moebench zoo [results dir]        write results/zoo/zoo.{md,csv} (evictor x prefetcher)
@@ -129,6 +130,7 @@ SUBCOMMANDS = {
     "reproduce": "analysis.repro.suite:reproduce_main",
     "report": "analysis.repro.suite:report_main",
     "claims": "analysis.repro.suite:claims_main",
+    "claims-diff": "analysis.repro.claims_diff",
     "figures": "analysis.repro.suite:figures_main",
     "table1": "analysis.table1",
     "gap": "analysis.gap",
