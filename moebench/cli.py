@@ -20,6 +20,7 @@
   moebench bench-memory             the runner's memory estimate vs measured peak RSS
   moebench validate                 simulated vs real per-token TPOT and stall error
   moebench characterize FILE        routing statistics (markdown + PNG), docs/routing.md
+  moebench fit-routing MODEL        fit a model's generator preset to its routing targets
   moebench import-routing IN OUT    per-token routing (JSONL/CSV) -> trace v1
   moebench record model=... workload=...   record a routing trace from an HF model
   moebench calibrate [--quick]      measure this machine; write a hardware profile
@@ -138,6 +139,7 @@ SUBCOMMANDS = {
     "audit-prefetch": "analysis.prefetch_audit",
     "tune-variants": "analysis.tune_variants",
     "characterize": "analysis.routing_report",
+    "fit-routing": "analysis.fit_routing",
     "import-routing": "workloads.importers",
     "bench-sim": "harness.bench.sim",
     "bench-policies": "harness.bench.policies",
