@@ -140,11 +140,9 @@ def test_meta_records_values_and_preset():
     assert gen["preset"] == "workloads/presets/mixtral_8x7b.yaml"
     assert gen["version"] == 4
     assert all(gen[k] == v for k, v in want.items())
+    # every knob explicit: the preset supplies nothing, so it is not recorded
     off = generate_trace(model, SyntheticConfig(num_requests=4, prompt_len=8, output_len=2,
-                                                **OFF, **{k: DEFAULTS[k] for k in (
-                                                    "layer_pref_std", "task_pref_std",
-                                                    "request_pref_std", "sticky_std",
-                                                    "stickiness", "token_noise_std")}))
+                                                **{**DEFAULTS, **OFF}))
     assert "preset" not in off.meta["generator"] and off.meta["generator"]["version"] == 3
     assert "group_stay" not in off.meta["generator"]
 
