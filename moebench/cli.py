@@ -22,6 +22,7 @@
   moebench validate                 simulated vs real per-token TPOT and stall error
   moebench characterize FILE        routing statistics (markdown + PNG), docs/routing.md
   moebench holdout-check --split S  synthetic vs held-out real routing, Table 1 systems
+  moebench fit-routing MODEL        fit a model's generator preset to its routing targets
   moebench import-routing IN OUT    per-token routing (JSONL/CSV) -> trace v1
   moebench record model=... workload=...   record a routing trace from an HF model
   moebench calibrate [--quick]      measure this machine; write a hardware profile
@@ -142,6 +143,7 @@ SUBCOMMANDS = {
     "tune-variants": "analysis.tune_variants",
     "characterize": "analysis.routing_report",
     "holdout-check": "analysis.routing_holdout",
+    "fit-routing": "analysis.fit_routing",
     "import-routing": "workloads.importers",
     "bench-sim": "harness.bench.sim",
     "bench-policies": "harness.bench.policies",

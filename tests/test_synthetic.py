@@ -33,6 +33,11 @@ REAL = {"reuse": (0.26, 0.279, 0.271), "entropy_bits": (5.36, 5.212, 5.571),
         "top_share": (0.076, 0.0835, 0.066), "used": (0.84, 0.755, 0.968)}
 BUCKETS = ((16, 48), (96, 160))
 SMALL_TASKS = [["bigbench", 4], ["flan", 4], ["mmlu", 4]]  # 12 tasks: several requests each
+# The score knobs before the dataset and group terms (generator version 3), all explicit, so
+# no model preset applies: these give the traces of the generator before workloads/structure.py
+BEFORE_STRUCTURE = {"layer_pref_std": 0.13, "task_pref_std": 0.25, "request_pref_std": 0.36,
+                    "sticky_std": 0.62, "stickiness": 0.8, "token_noise_std": 1.0,
+                    "dataset_pref_std": 0.0, "group_pref_std": 0.0, "groups_per_dataset": 0}
 
 
 def _model(name: str):
@@ -180,9 +185,11 @@ def test_coupling_off_is_the_generator_before_the_knob(dsv2):
     Version 3 (next-layer guesses from the past only, workloads/spec_guess.py) changed
     spec_topk and the meta only: the routing sha below was computed with version 2 and is
     unchanged; the content sha was recomputed with version 3 and checked under the same
-    kernel and SIMD combinations."""
+    kernel and SIMD combinations. Version 4 (dataset and group terms, workloads/structure.py)
+    changed the default score knobs: the version-3 knobs are given explicitly
+    (BEFORE_STRUCTURE), so both shas stand."""
     cfg = SyntheticConfig(num_requests=8, prompt_len=32, output_len=4, tasks=SMALL_TASKS,
-                          cross_layer_corr=0.0)
+                          cross_layer_corr=0.0, **BEFORE_STRUCTURE)
     tr = generate_trace(dsv2, cfg)
     assert "cross_layer_corr" not in tr.meta["generator"]
     routing = hashlib.sha256(b"".join(getattr(tr, f).tobytes()
@@ -292,8 +299,9 @@ BAD_CONFIG = [
                                  "number of tasks >= 1] pairs, got [['mmlu', 2.5]]"),
     ({"tasks": []}, "workload.tasks: must be a non-empty list of [dataset, number of tasks "
                     ">= 1] pairs, got []"),
-    # 6 * (0.13 + 0.25 + 0.36) + 6 * 0.62 + sqrt(3) * 20 = 4.44 + 3.72 + 34.64
-    ({"token_noise_std": 20.0}, "workload.*_std: |score| can reach 42.8; the *_std knobs must "
+    # 6 * (0.13 + 0.25 + 0.25 + 0.1 + 0.3) + 6 * 0.62 + sqrt(3) * 20 = 6.18 + 3.72 + 34.64
+    # (layer, task, request, dataset, group; sticky: 6 sigma dominates at rho 0.7)
+    ({"token_noise_std": 20.0}, "workload.*_std: |score| can reach 44.5; the *_std knobs must "
                                 "keep it below 31.0"),
     ({"spec_noise_nats": -1.0},
      "workload.spec_noise_nats: must be a finite number in [0.0, 32.0], got -1.0"),
@@ -332,7 +340,7 @@ def test_blocking_does_not_change_the_trace(name, sha, monkeypatch):
     from workloads import spec_guess, synthetic_route
 
     cfg = SyntheticConfig(num_requests=33, prompt_len=21, output_len=3, tasks=SMALL_TASKS,
-                          spec_noise_nats=0.5)
+                          spec_noise_nats=0.5, **BEFORE_STRUCTURE)
     for positions, rows in ((synthetic_route.BLOCK_POSITIONS, spec_guess.BLOCK_ROWS), (1, 4),
                             (5, 12)):
         monkeypatch.setattr(synthetic_route, "BLOCK_POSITIONS", positions)

@@ -93,6 +93,8 @@ class RequestPlan:
     embeddings: np.ndarray | None = None  # float32 [R, D], unit rows (dataset prompts only)
     coupling: float = 0.0
     meta: dict = field(default_factory=dict)  # provenance, merged into trace meta
+    # [num_tasks] each task's dataset slug, in task-index order (workloads/structure.py)
+    task_datasets: list[str] = field(default_factory=list)
     _projection: np.ndarray | None = field(default=None, repr=False)
 
     @property
@@ -205,7 +207,8 @@ def plan_requests(cfg, model) -> RequestPlan:
         if meta or lengths_from != "config":
             meta["lengths_from"] = lengths_from
         return RequestPlan(prompt_len, output_len, arrival_ms, [mix[j][0] for j in task_index],
-                           [mix[j][1] for j in task_index], ids, task_index, len(mix), meta=meta)
+                           [mix[j][1] for j in task_index], ids, task_index, len(mix), meta=meta,
+                           task_datasets=[d for d, _ in mix])
     return _with_prompts(cfg, model, pr_spec, n, arrival_ms, prompt_len, output_len,
                          lengths_from, meta)
 
@@ -273,6 +276,7 @@ def _prompt_plan(cfg, model, spec, coupling, n, arrival_ms, prompt_len, output_l
         repeat[p.id] = k + 1
         ids.append(p.id if k == 0 else f"{p.id}#{k}")
     t_index = {t: i for i, t in enumerate(task_names)}
+    dataset_of = {p.task: p.dataset for p in every}
     meta.update({"lengths_from": lengths_from, "embedder": embedder.name,
                  "tokenizer": tokenizer_name,
                  "prompts": {"sources": prov, "coupling": coupling, "pool": len(pool),
@@ -280,4 +284,5 @@ def _prompt_plan(cfg, model, spec, coupling, n, arrival_ms, prompt_len, output_l
     return RequestPlan(prompt_len, output_len, arrival_ms, [p.dataset for p in chosen],
                        [p.task for p in chosen], ids,
                        np.array([t_index[p.task] for p in chosen], np.int64), len(task_names),
-                       [p.text for p in chosen], emb, coupling, meta)
+                       [p.text for p in chosen], emb, coupling, meta,
+                       [dataset_of[t] for t in task_names])

@@ -56,6 +56,15 @@ from core.trace import Trace, id_dtype
 from workloads import spec_guess
 from workloads.cross_layer import cross_layer_map
 from workloads.half import to_float16
+from workloads.presets import resolve
+from workloads.structure import (
+    STRUCTURE_FIELDS,
+    embedding_centroids,
+    skewed,
+    structure_on,
+    structure_prefs,
+    unit_rows,
+)
 from workloads.synthetic_route import SCORE_OFFSET, Workspace, route_chunk
 from workloads.tasks import PAPER_TASK_COUNTS
 from workloads.workload_checks import WorkloadError, check_fields
@@ -80,22 +89,31 @@ class SyntheticConfig:
     # length_source's real length distribution scaled to those means (workloads/lengths.py)
     lengths: str = "fixed"
     length_source: str = "azure_conv"  # azure_conv | azure_code | sharegpt
-    # Fitted to real DeepSeek-V2-Lite prefill routing at matched prompt length (96-160
-    # tokens; tests/test_synthetic.py prints the comparison). Scores are in units of
-    # token_noise_std. Real values: reuse 0.27, 0.21, 0.18, 0.16 at lags 1, 2, 4, 8; within a
+    # Score knobs (units of token_noise_std). None: the model's preset
+    # (workloads/presets/<model>.yaml), else the DeepSeek-V2-Lite-fitted default
+    # (workloads/presets.py DEFAULTS); an explicit value wins. Fitted to real DeepSeek-V2-Lite
+    # prefill routing at matched prompt length (96-160 tokens; tests/test_synthetic.py prints
+    # the comparison). Real values: reuse 0.27, 0.21, 0.18, 0.16 at lags 1, 2, 4, 8; within a
     # prompt: entropy 5.57 of 6 bits, top expert 0.066 of a layer's routings, 97% of experts
     # used (36-token prompts: 5.21 bits, 0.084, 75%); all prompts: busiest expert 1.77x mean;
     # activation-matrix cosine 0.68 for adjacent prompts (same conversation) vs 0.61 random.
-    # The same values serve every model shape: a Mixtral-8x7B-shaped model (top-2 of 8) gets
-    # reuse 0.385, entropy 2.87 bits, top share 0.218, all experts used at 135-token prompts,
-    # vs 0.391, 2.90, 0.205, all in the real Mixtral sample (docs/routing.md), so there is no
-    # per-shape preset.
-    layer_pref_std: float = 0.13  # model-wide popularity: aggregate busiest/mean 1.7
-    task_pref_std: float = 0.25  # same-task activation cosine 0.69 vs 0.60 (P=128)
-    request_pref_std: float = 0.36  # with task_pref_std: within-prompt entropy, top, used
-    sticky_std: float = 0.62  # slow reuse excess over the preference baseline (lags 2-16)
-    stickiness: float = 0.8  # AR(1) coefficient per token: decay of reuse with lag
-    token_noise_std: float = 1.0  # fresh per-token noise, the score unit: lag-1 reuse 0.28
+    # Per-model presets (moebench fit-routing, analysis/fit_routing.py) fit the task, group
+    # and dataset structure and the decode statistics to each model's targets
+    # (analysis/routing_targets/<model>.yaml).
+    layer_pref_std: float | None = None  # model-wide popularity: aggregate busiest/mean 1.7
+    task_pref_std: float | None = None  # same-task activation cosine above other pairs
+    request_pref_std: float | None = None  # within-prompt entropy, top share, share used
+    sticky_std: float | None = None  # slow reuse excess over the preference baseline
+    stickiness: float | None = None  # AR(1) coefficient per token: decay of reuse with lag
+    token_noise_std: float | None = None  # fresh per-token noise, the score unit
+    # Task structure (workloads/structure.py): a dataset term, and G activation groups per
+    # dataset with shares r**g (r = group_decay) whose tasks follow a seeded Markov chain
+    # (P(keep the previous task's group) = group_stay).
+    dataset_pref_std: float | None = None
+    group_pref_std: float | None = None
+    groups_per_dataset: int | None = None
+    group_decay: float | None = None
+    group_stay: float | None = None
     # Noise (std, nats) on the next-layer guess scores (workloads/spec_guess.py). 0: the best
     # this past-only guess does, recall 0.545 at Table 1's setting; cross-layer gate-based
     # guesses on DeepSeek-V2-Lite reach ~0.78 (arXiv 2511.10676; docs/routing.md), out of
@@ -114,34 +132,28 @@ class SyntheticConfig:
     arrivals: dict | None = None  # arrival process or Azure trace replay (workloads/arrivals.py)
     prompts: dict | None = None  # tasks, texts and embeddings from a real dataset
 
+    def pref_clip(self) -> float:
+        """Bound of a request's summed preference: 6 sigma of each term (resolved cfg)."""
+        return 6 * (self.layer_pref_std + self.task_pref_std + self.request_pref_std
+                    + self.dataset_pref_std + self.group_pref_std)
+
     def score_bound(self) -> float:
         """Largest |score| the bounded noise allows: preferences clipped at 6 sigma, X clipped
-        at 6 sigma every 32 tokens, uniform noise within +-sqrt(3)."""
+        at 6 sigma every 32 tokens, uniform noise within +-sqrt(3) (resolved cfg)."""
         rho, a, u = self.stickiness, self.sticky_std, math.sqrt(3)
         innov = a * math.sqrt(1 - rho * rho) * u
         x_max = max(6 * a, 6 * a * rho**31 + innov * (1 - rho**31) / (1 - rho))
-        return (6 * (self.layer_pref_std + self.task_pref_std + self.request_pref_std)
-                + x_max + u * self.token_noise_std)
+        return self.pref_clip() + x_max + u * self.token_noise_std
 
     def check(self) -> None:
         """Every field strictly (workloads/workload_checks.py), then the score bound; the
-        messages start with the key as the user writes it, `workload.<field>`."""
-        check_fields(self)
-        if self.score_bound() > SCORE_OFFSET - 1:  # keeps offset scores positive
-            raise WorkloadError(f"workload.*_std: |score| can reach {self.score_bound():.1f}; "
+        messages start with the key as the user writes it, `workload.<field>`. Unset score
+        knobs are checked at their defaults; generate_trace checks the model's values."""
+        cfg = resolve(self, None)[0]
+        check_fields(cfg)
+        if cfg.score_bound() > SCORE_OFFSET - 1:  # keeps offset scores positive
+            raise WorkloadError(f"workload.*_std: |score| can reach {cfg.score_bound():.1f}; "
                                 f"the *_std knobs must keep it below {SCORE_OFFSET - 1}")
-
-
-def _skewed(rng: np.random.Generator, shape: tuple) -> np.ndarray:
-    """Standardised Gumbel draws (mean 0, std 1, right-skewed): a few strongly preferred
-    experts per row, as the real sample's high top-expert share at high entropy needs.
-    core.numerics draws them (the same bits on every CPU)."""
-    return (numerics.gumbel(rng, shape) - np.euler_gamma) * (math.sqrt(6) / math.pi)
-
-
-def _unit_rows(x: np.ndarray) -> np.ndarray:
-    """Rows of x [n, D] scaled to unit norm: elementwise ops and numpy's fixed-order sum."""
-    return x / np.sqrt(np.square(x).sum(axis=1, keepdims=True))
 
 
 def _geometry(stacks: tuple[str, ...], P: int, S: int):
@@ -162,17 +174,21 @@ def _geometry(stacks: tuple[str, ...], P: int, S: int):
     return n0, counts, pt, pl, int(pt.max()) + 1
 
 
-def _task_prefs(cfg: SyntheticConfig, num_tasks: int, L: int, E: int, memo: dict):
-    """Model- and task-level preferences [num_tasks, L, E]. They depend on the seed and the
-    score model only (every split shares the same tasks), so `memo` keeps them for the
-    next split of the same trace (~80 ns per Gumbel draw)."""
-    if num_tasks not in memo:
-        task_pref = _skewed(stream(cfg.seed, "synthetic/task-prefs"), (num_tasks, L, E))
+def _task_prefs(cfg: SyntheticConfig, task_datasets: list[str], L: int, E: int, memo: dict):
+    """Model-, dataset-, group- and task-level preferences [num_tasks, L, E] (task_datasets:
+    each task's dataset slug [num_tasks]). They depend on the seed, the score model and the
+    task list only (every split shares the same tasks), so `memo` keeps them for the next
+    split of the same trace (~80 ns per Gumbel draw)."""
+    key = tuple(task_datasets)
+    if key not in memo:
+        task_pref = skewed(stream(cfg.seed, "synthetic/task-prefs"), (len(key), L, E))
         task_pref *= cfg.task_pref_std
-        task_pref += cfg.layer_pref_std * _skewed(stream(cfg.seed, "synthetic/layer-prefs"),
-                                                  (L, E))
-        memo[num_tasks] = task_pref
-    return memo[num_tasks]
+        task_pref += cfg.layer_pref_std * skewed(stream(cfg.seed, "synthetic/layer-prefs"),
+                                                 (L, E))
+        if structure_on(cfg):  # off: nothing added, the generator before the terms
+            task_pref += structure_prefs(cfg, task_datasets, L, E)
+        memo[key] = task_pref
+    return memo[key]
 
 
 def _route(model: ModelSpec, cfg: SyntheticConfig, plan, with_probs: bool,
@@ -187,11 +203,11 @@ def _route(model: ModelSpec, cfg: SyntheticConfig, plan, with_probs: bool,
     geo = {ps: _geometry(stacks, *ps) for ps in dict.fromkeys(shape_of)}  # n0, counts, pt, pl, T
     row_offsets = np.concatenate([[0], np.cumsum([len(geo[ps][2]) for ps in shape_of])])
     steps = np.concatenate([[0], np.cumsum(S_r.astype(np.int64))])
-    task_pref = _task_prefs(cfg, plan.num_tasks, L, E, {} if memo is None else memo)
+    task_pref = _task_prefs(cfg, plan.task_datasets, L, E, {} if memo is None else memo)
     idt = id_dtype(E)
     id_bits = max(1, (E - 1).bit_length())
     keep = np.int32(~((1 << id_bits) - 1))  # mask of the score bits of a packed key
-    pref_clip = 6 * (cfg.layer_pref_std + cfg.task_pref_std + cfg.request_pref_std)
+    pref_clip = cfg.pref_clip()
     cross = cross_layer_map(cfg, stacks, E)
     N = int(row_offsets[-1])
     topk, weights = np.empty((N, k), idt), np.empty((N, k), np.float16)
@@ -204,7 +220,7 @@ def _route(model: ModelSpec, cfg: SyntheticConfig, plan, with_probs: bool,
         # shapes, and each request's scores depend only on its own row, so the padding's rows
         # are drawn but never computed.
         members = np.minimum(np.arange(c0, c0 + CHUNK_REQUESTS), R - 1)
-        b = plan.request_term(_skewed(rng, (CHUNK_REQUESTS, L, E)), members, cfg.seed)
+        b = plan.request_term(skewed(rng, (CHUNK_REQUESTS, L, E)), members, cfg.seed)
         pref = task_pref[plan.task_index[members]] + cfg.request_pref_std * b
         pref = np.clip(pref, -pref_clip, pref_clip).astype(np.float32)
         s_max = int(S_r[members].max())
@@ -246,6 +262,7 @@ def _spec_table(model: ModelSpec, cfg: SyntheticConfig, memo: dict | None = None
 def generate_trace(model: ModelSpec, cfg: SyntheticConfig) -> Trace:
     """A valid synthetic routing trace for `model`: cfg.num_requests requests, or as many as
     cfg.arrivals gives (request-level inputs: workloads/requests.py)."""
+    cfg, preset = resolve(cfg, model.name)  # unset score knobs: the model's preset, defaults
     cfg.check()
     from workloads.requests import plan_requests
 
@@ -261,16 +278,23 @@ def generate_trace(model: ModelSpec, cfg: SyntheticConfig) -> Trace:
         _spec_table(model, cfg, memo) if linked.any() else np.zeros((L, E, E), np.int32), linked,
         cfg.spec_noise_nats, stream(cfg.seed, f"synthetic/{cfg.split}/spec-noise"))
     if plan.embeddings is None:
-        centroids = _unit_rows(numerics.standard_normal(
-            stream(cfg.seed, "synthetic/task-centroids"), (plan.num_tasks, cfg.embed_dim)))
+        centroids = unit_rows(embedding_centroids(cfg, plan.task_datasets, unit_rows(
+            numerics.standard_normal(stream(cfg.seed, "synthetic/task-centroids"),
+                                     (plan.num_tasks, cfg.embed_dim)))))
         emb_rng = stream(cfg.seed, f"synthetic/{cfg.split}/embeddings")
-        emb = _unit_rows(centroids[plan.task_index] + cfg.embed_noise * numerics.standard_normal(
+        emb = unit_rows(centroids[plan.task_index] + cfg.embed_noise * numerics.standard_normal(
             emb_rng, (R, cfg.embed_dim)) / math.sqrt(cfg.embed_dim))
     else:
         emb = plan.embeddings
-    # version 3: next-layer guesses from the past only (workloads/spec_guess.py); version 2:
-    # portable arithmetic (core/numerics.py; docs/trace-format.md)
-    generator = {"name": "workloads.synthetic", "version": 3, **asdict(cfg)}
+    # version 4: dataset and group terms (workloads/structure.py); version 3: next-layer
+    # guesses from the past only (workloads/spec_guess.py); version 2: portable arithmetic
+    # (core/numerics.py; docs/trace-format.md)
+    on = structure_on(cfg)
+    generator = {"name": "workloads.synthetic", "version": 4 if on else 3, **asdict(cfg)}
+    if preset is not None:  # the file that supplied values (workloads/presets.py)
+        generator["preset"] = f"workloads/presets/{preset}.yaml"
+    for key in STRUCTURE_FIELDS if not on else ():  # off: absent, traces stay as before
+        del generator[key]
     for key in ("arrivals", "prompts"):  # absent when unset: default traces stay as they were
         if generator[key] is None:
             del generator[key]

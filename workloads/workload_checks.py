@@ -15,7 +15,9 @@ from workloads.arrivals import MAX_REQUEST_TOKENS
 INTEGERS = (("seed", 0, None), ("num_requests", 1, None), ("embed_dim", 1, None),
             ("prompt_len", 1, MAX_REQUEST_TOKENS), ("output_len", 1, MAX_REQUEST_TOKENS))
 NON_NEGATIVE = ("arrival_ms", "layer_pref_std", "task_pref_std", "request_pref_std",
-                "sticky_std", "token_noise_std", "embed_noise")
+                "sticky_std", "token_noise_std", "embed_noise", "dataset_pref_std",
+                "group_pref_std")
+MAX_GROUPS = 1000  # activation groups per dataset (workloads/structure.py)
 
 
 class WorkloadError(SpecError):
@@ -43,6 +45,12 @@ def check_fields(cfg) -> None:
            error=WorkloadError)
     for name in NON_NEGATIVE:
         number(getattr(cfg, name), f"workload.{name}", lo=0.0, error=WorkloadError)
+    integer(cfg.groups_per_dataset, "workload.groups_per_dataset", lo=0, hi=MAX_GROUPS,
+            error=WorkloadError)
+    number(cfg.group_decay, "workload.group_decay", lo=0.0, hi=1.0, lo_open=True,
+           error=WorkloadError)
+    number(cfg.group_stay, "workload.group_stay", lo=0.0, hi=1.0, hi_open=True,
+           error=WorkloadError)
     from workloads.length_tables import LENGTH_TABLES
     from workloads.lengths import LENGTH_MODES
     from workloads.spec_guess import MAX_NOISE_NATS
