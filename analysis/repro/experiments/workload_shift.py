@@ -17,12 +17,14 @@ x_23 in serving order: steady state S = the mean of the second half, band = 2 sd
 mean(x_i .. x_{i+4}) <= S + band, i.e. the requests served before the first 5-request window
 back at steady state (0: the first window already is). min / mean / max over the seeds.
 
-What synthetic routing cannot tell apart. A synthetic task's routing preference is drawn
-independently of its dataset label, so MMLU and BIG-bench tasks differ in name only: the
-four workloads are the same shift (to an unseen task, after a history of other tasks) with
-different histories, and the paper's contrast between within- and cross-dataset shifts
-cannot show. The reference runs (learn_online false, a one-EAM history) measure what the
-collection's history is worth at all on the same requests.
+What the synthetic routing gives the shift (generator version 4, docs/routing.md): a task's
+preference is its own term plus its dataset's term and the term of its dataset's activation
+group (workloads/structure.py), so an unseen task of the history's dataset shares that
+dataset's term and possibly its group with the history, while a task of the other dataset
+shares neither. How much a within- and a cross-dataset shift differ is then decided by the
+routing alone (the dataset and group strengths fitted per model on routing statistics), not
+by this experiment. The reference runs (learn_online false, a one-EAM history) measure what
+the collection's history is worth at all on the same requests.
 
 MoE-Infinity's named variant moe_infinity_hysteresis (systems/variants.py) serves the same
 streams, its own rows (`system`) and, in each claim, its value beside the paper rule's;
@@ -49,9 +51,10 @@ SYSTEM = "moe_infinity"  # the paper's rule: the claims and the reference are it
 VARIANTS = variants_of(SYSTEM)
 REFERENCE = "reference: no learning"  # learn_online false, one-EAM history, MMLU requests
 # no "|" in notes: the claims report is a markdown table
-SAME_SHIFT = ("synthetic tasks carry no dataset-level routing (a task's preference is drawn "
-              "independently of its label), so the within- and cross-dataset workloads differ "
-              "only in which tasks the history holds")
+SHIFT_ROUTING = ("synthetic tasks share a dataset term and, within a dataset, activation "
+                 "groups (workloads/structure.py): a cross-dataset shift loses both, a "
+                 "within-dataset shift keeps the dataset term, strengths fitted per model on "
+                 "routing statistics only")
 
 
 def workload_of(row: dict) -> str | None:
@@ -155,7 +158,7 @@ def table(runs):
               f"{REFERENCE}: the same MMLU requests with a one-EAM collection that never "
               "learns; vs_reference_share = a stream's mean TPOT / the reference's on the "
               "same seed - 1. paper_recover: Table 3's min-mean-max."]
-    notes = [f"Why the four workloads are alike here: {SAME_SHIFT}.",
+    notes = [f"What a shift changes in the routing here: {SHIFT_ROUTING}.",
              "Chosen where paper_numbers.md is silent (it gives the table, not the method): "
              "how the history is built and its size, one task per stream after the shift, "
              "and the recovery rule above."]
@@ -265,10 +268,11 @@ EXPERIMENT = Experiment(
             Sweep(("model=arctic,nllb_moe_54b,mixtral_8x7b",
                    "system.learn_online=false", "calibration_requests=1"))),
     table=table, figure=figure, claims=claims,
-    cannot_express=("a routing difference between MMLU and BIG-bench tasks: "
-                    f"{SAME_SHIFT}; real prompts (prompts=mmlu|bigbench) would give one through "
-                    "their embeddings, but BIG-bench needs a 358 MB download or the shared "
-                    "extract and embedding adds ~15 CPU-s per run",),
+    cannot_express=("the routing difference of the real MMLU and BIG-bench tasks: the synthetic "
+                    "datasets differ by a dataset term of fitted strength, not by the tasks' "
+                    "content; real prompts (prompts=mmlu|bigbench) would route by their "
+                    "embeddings, but BIG-bench needs a 358 MB download or the shared extract "
+                    "and embedding adds ~15 CPU-s per run",),
     notes=("Scaled down: 16 history requests (the paper's collection holds up to 1,000 EAMs), "
            "24 requests per stream (so at most 19 requests to recover can show, against the "
            "paper's up to 49) and one stream per seed.",))
