@@ -133,10 +133,12 @@ def test_one_seed_gives_direction_only_labels():
     assert rows["fmoe_overall.v1.tpot_vs_lru"].ours.mean == pytest.approx(0.75)
 
 
-def test_a_variant_written_under_its_seed_name_is_told_by_its_folder():
-    res = {"system": {"name": "fmoe"}, "_folder": "fmoe_admission,model=phi35_moe-1a2b"}
-    assert overall.system_label(res) == "fmoe_admission"
-    assert overall.system_label({"system": {"name": "fmoe"}, "_folder": "fmoe-1a"}) == "fmoe"
+def test_labels_name_variants_and_compositions():
+    assert overall.system_label({"system": {"name": "fmoe_admission"}}) == "fmoe_admission"
+    promoe = {"name": "composed", "evictor": {"name": "lfu"}, "prefetcher": {"name": "promoe"}}
+    assert overall.system_label({"system": promoe}) == "promoe"
+    other = {"name": "composed", "evictor": {"name": "lru"}, "prefetcher": {"name": "promoe"}}
+    assert overall.system_label({"system": other}) == "composed(lru,promoe)"
 
 
 def test_overrides_name_the_dataset_files_or_fall_back(monkeypatch):

@@ -115,18 +115,17 @@ def location(frame, key: str, grid: tuple, column: str, paper, **where):
 def _setting_key(row: dict) -> str:
     """A run's setting without its seed: what the seeds of one table row share."""
     import json
-    import re
 
     from harness.runner.results import NON_SEMANTIC_KEYS
 
     res = row["_result"]
     cfg = {k: v for k, v in (res.get("config") or {}).items()
            if k != "seed" and k not in NON_SEMANTIC_KEYS}
-    # the system's identity, not its describe() counters, which differ between seeds
+    # the system's identity (a variant has its own name), not its describe() counters,
+    # which differ between seeds
     s = res.get("system") or {}
     parts = [s.get("name"), (s.get("evictor") or {}).get("name"),
-             (s.get("prefetcher") or {}).get("name"),
-             re.split(r"[,-]", str(res.get("_folder") or ""))[0]]  # a variant's run name
+             (s.get("prefetcher") or {}).get("name")]
     return json.dumps([row.get("model"), parts, cfg], sort_keys=True, default=str)
 
 

@@ -43,7 +43,6 @@ from analysis.repro.output import grouped_bars, new_figure
 from analysis.repro.spec import Experiment, Sweep
 from analysis.repro.verdict import ClaimRow
 from core.shared_data import shared_file
-from systems.variants import variants_of
 
 PAPER = "fMoE (arXiv 2502.05370 v1 and v2) overall results"
 # model -> (paper name, fMoE prefetch distance d from the paper's sensitivity section, A2)
@@ -108,14 +107,11 @@ def sweeps() -> tuple[Sweep, ...]:
 
 
 def system_label(result: dict) -> str:
-    """The system's name; a composed system by its parts (`promoe` for ProMoE). A variant
-    written before it had a class name of its own (result.json says its seed's name) is told
-    by its run folder, which starts with the system chosen (harness default_run_name)."""
+    """The system's name (a named variant has its own: systems/variant_systems.py); a
+    composed system by its parts (`promoe` for ProMoE)."""
     s = result["system"]
     if s.get("name") != "composed":
-        folder = str(result.get("_folder") or "")
-        own = [v for v in variants_of(s.get("name")) if folder.startswith((f"{v},", f"{v}-"))]
-        return own[0] if own else s.get("name")
+        return s.get("name")
     pf, ev = (s.get("prefetcher") or {}).get("name"), (s.get("evictor") or {}).get("name")
     return "promoe" if pf == "promoe" and ev == PROMOE_EVICTOR else f"composed({ev},{pf})"
 
