@@ -71,11 +71,12 @@ def test_ray_runs_the_suite_as_one_sweep_like_a_local_run():
                 not (remote / "r" / FOLDERS[0]).is_dir():
             pytest.skip(f"Ray cannot start on this machine: {ray.stderr.strip()[-500:]}")
         assert ray.returncode == 0, ray.stdout[-2000:] + ray.stderr[-3000:]
-        # one launcher call: table1's 11 systems + eamc_capacity's 7 capacities, one seed
-        assert "reproduce: 18 jobs in one sweep" in ray.stdout
+        # one launcher call: table1's 11 systems + eamc_capacity's 7 capacities for
+        # moe_infinity and its variant, one seed: 11 + 14
+        assert "reproduce: 25 jobs in one sweep" in ray.stdout
         assert "hydra/launcher=ray" in ray.stdout
         assert "reproduce table1: 11 done, 0 failed, 0 skipped" in ray.stdout
-        assert "reproduce eamc_capacity: 7 done, 0 failed, 0 skipped" in ray.stdout
+        assert "reproduce eamc_capacity: 14 done, 0 failed, 0 skipped" in ray.stdout
         want, got = _outputs(local / "r"), _outputs(remote / "r")
         assert sorted(got) == sorted(want)
         assert len([k for k in got if k.endswith((".md", ".csv", ".tex", ".png", ".pdf"))]) \
