@@ -12,7 +12,8 @@ targets' centres in tolerances (so the point nearest the measured values wins). 
 policy outcome (TPOT, hit or miss rate).
 The grid point with the lowest score is printed with every statistic beside its target;
 `--write` stores it as the model's preset. About 20-30 CPU-s per point (the
-cross-layer statistics included); 8 points, 24 for DeepSeek-V2-Lite (its grid: DEEPSEEK_GRID).
+cross-layer statistics included); 8 points (12 for 128-expert models), 24 for
+DeepSeek-V2-Lite (DEEPSEEK_GRID).
 """
 
 from __future__ import annotations
@@ -33,6 +34,10 @@ SHAPE = {"num_requests": 580, "prompt_len": 512, "output_len": 32}
 # request stds of DEFAULTS (128-expert top-1/2 models need weaker preferences than
 # DeepSeek-V2-Lite's 64/top-6 for the same hotness and entropy growth)
 GRID = {"group_pref_std": (0.3, 0.45), "sticky_std": (0.4, 0.62), "pref_scale": (0.5, 1.0)}
+# 128-expert models (Switch, NLLB, Arctic): at scale 0.5 hot5_share stays 0.13-0.16 and
+# entropy_growth 0.50-0.57 against ~0.09 and ~0.785, so their grid adds a weaker scale
+WIDE_SCALES = (0.25, 0.5, 1.0)
+WIDE_EXPERTS = 128
 FIXED = {"dataset_pref_std": 0.1, "groups_per_dataset": 10, "group_decay": 0.85}
 SCALED = ("layer_pref_std", "task_pref_std", "request_pref_std")
 BASE = {"layer_pref_std": 0.13, "task_pref_std": 0.25, "request_pref_std": 0.25,
@@ -69,8 +74,10 @@ def candidates(model: str) -> list[dict]:
                 knobs.update(zip(key, value) if isinstance(key, tuple) else [(key, value)])
             out.append(knobs)
         return out
+    scales = WIDE_SCALES if _model(model).num_experts >= WIDE_EXPERTS else GRID["pref_scale"]
     out = []
-    for g, sticky, scale in itertools.product(*GRID.values()):
+    for g, sticky, scale in itertools.product(GRID["group_pref_std"], GRID["sticky_std"],
+                                              scales):
         knobs = {**{k: BASE[k] for k in ("stickiness", "token_noise_std",
                                          "token_latent_std")}, **FIXED,
                  "group_pref_std": g, "sticky_std": sticky,
