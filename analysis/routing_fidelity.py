@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-from analysis.characterize import request_sequences
+from analysis.characterize import cross_layer, request_sequences
 from analysis.routing_structure import decode_sequences, structure
 
 TARGETS_DIR = Path(__file__).resolve().parent / "routing_targets"
@@ -74,10 +74,14 @@ def target_text(target: dict) -> str:
 
 
 def trace_structure(tr, seed: int = 0) -> dict:
-    """analysis/routing_structure.structure of a trace: decode window = its decode steps,
-    task and dataset labels from the trace."""
-    return structure(request_sequences(tr), decode_sequences(tr), tr.num_experts, tr.top_k,
-                     tr.tasks, tr.datasets, seed)
+    """analysis/routing_structure.structure of a trace (decode window = its decode steps,
+    task and dataset labels from the trace) and the cross-layer statistics of
+    analysis/characterize.cross_layer (xl_precision, xl_mi_bits, ...) over every token."""
+    seqs = request_sequences(tr)
+    st = structure(seqs, decode_sequences(tr), tr.num_experts, tr.top_k, tr.tasks,
+                   tr.datasets, seed)
+    st.update(cross_layer(seqs, tr.num_experts, tr.top_k, seed))
+    return st
 
 
 def fidelity_rows(model: str, stats: dict, targets: list[dict] | None = None) -> list[dict]:

@@ -24,8 +24,9 @@ ARRIVALS = ["azure_code", "azure_conv", "gamma", "offline", "poisson"]
 # (process, kind) each arrivals option must compose to; None: no arrival process
 PROCESS = {"offline": None, "poisson": ("poisson", None), "gamma": ("gamma", None),
            "azure_conv": ("azure", "conv"), "azure_code": ("azure", "code")}
-# The default workload node before the groups existed (the Table 1 trace, sha 8159a29481879ad2,
-# is made from it): the groups must compose exactly this.
+# The default workload node before the groups existed (the Table 1 trace is made from it:
+# sha 8159a29481879ad2 then, 01022c2e03b568f0 with generator version 4 and the DeepSeek-V2-Lite
+# preset file, docs/trace-format.md): the groups must compose exactly this.
 DEFAULT_WORKLOAD = {
     "_target_": "workloads.synthetic.SyntheticConfig", "num_requests": 290, "prompt_len": 512,
     "output_len": 32, "arrival_ms": 0.0, "lengths": "fixed", "length_source": "azure_conv",

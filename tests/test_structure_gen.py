@@ -139,7 +139,8 @@ def test_meta_records_values_and_preset():
     want = presets.load_preset("mixtral_8x7b")
     assert gen["preset"] == "workloads/presets/mixtral_8x7b.yaml"
     assert gen["version"] == 4
-    assert all(gen[k] == v for k, v in want.items())
+    assert want["token_latent_std"] == 0.0 and "token_latent_std" not in gen  # off: absent
+    assert all(gen[k] == v for k, v in want.items() if k != "token_latent_std")
     # every knob explicit: the preset supplies nothing, so it is not recorded
     off = generate_trace(model, SyntheticConfig(num_requests=4, prompt_len=8, output_len=2,
                                                 **{**DEFAULTS, **OFF}))

@@ -37,7 +37,10 @@ SMALL_TASKS = [["bigbench", 4], ["flan", 4], ["mmlu", 4]]  # 12 tasks: several r
 # no model preset applies: these give the traces of the generator before workloads/structure.py
 BEFORE_STRUCTURE = {"layer_pref_std": 0.13, "task_pref_std": 0.25, "request_pref_std": 0.36,
                     "sticky_std": 0.62, "stickiness": 0.8, "token_noise_std": 1.0,
-                    "dataset_pref_std": 0.0, "group_pref_std": 0.0, "groups_per_dataset": 0}
+                    "dataset_pref_std": 0.0, "group_pref_std": 0.0, "groups_per_dataset": 0,
+                    "group_decay": 0.9, "group_stay": 0.75, "token_latent_std": 0.0}
+# every preset knob explicit: no model's preset supplies one, so none is recorded in the meta
+# (the terms off: group_decay and group_stay are not used, not recorded)
 
 
 def _model(name: str):

@@ -25,7 +25,10 @@ import yaml
 from workloads.workload_checks import WorkloadError
 
 PRESETS_DIR = Path(__file__).resolve().parent / "presets"
-# Fitted on DeepSeek-V2-Lite (docs/routing.md): the values of a model without a preset.
+# The values of a model without a preset: DeepSeek-V2-Lite's fit, equal to
+# workloads/presets/deepseek_v2_lite.yaml as written by `moebench fit-routing deepseek_v2_lite
+# --write` (routing statistics on the fit seed; tests/test_fit_routing.py checks equality).
+# Change them only by re-running that command and copying its values here.
 DEFAULTS = {
     "layer_pref_std": 0.13,  # model-wide popularity: aggregate busiest/mean 1.7
     "task_pref_std": 0.25,  # same-task activation cosine above other pairs
@@ -38,6 +41,7 @@ DEFAULTS = {
     "groups_per_dataset": 8,  # G groups per dataset
     "group_decay": 0.9,  # group shares r**g normalised: largest share ~0.13 over all
     "group_stay": 0.75,  # P(a task keeps the previous task's group): transitions ~0.5
+    "token_latent_std": 0.0,  # per-token low-rank term: cross-layer mutual information
 }
 PRESET_FIELDS = tuple(DEFAULTS)
 TOP_KEYS = ("model", "generator", "fit")

@@ -2,12 +2,17 @@
 
 Model. For request r of task j, MoE layer l, expert e and the t-th token through layer l:
 
-    score[r,l,t,e] = layer_pref_std * G[l,e] + task_pref_std * A[j,l,e]
+    score[r,l,t,e] = layer_pref_std * G[l,e] + dataset_pref_std * D[d(j),l,e]
+                     + group_pref_std * C[d(j),g(j),l,e] + task_pref_std * A[j,l,e]
                      + request_pref_std * B[r,l,e] + X[r,l,t,e] + token_noise_std * n[r,l,t,e]
+                     + token_latent_std * sum_i W[i,l,e] * z[r,t,i]
     X[t] = stickiness * X[t-1] + sticky_std * sqrt(1 - stickiness**2) * n[t]  (std sticky_std)
 
-G, A, B are standardised Gumbel draws (right-skewed: a few hot experts per row, which real
-routing's high top-expert share at high entropy needs); n is unit-variance uniform noise.
+(d(j), g(j): task j's dataset and activation group, workloads/structure.py; W [rank, L, E]
+seeded loadings with unit-norm (l, e) columns and z[r,t] [rank] the token's own N(0, 1)
+factors, workloads/token_latent.py.) G, D, C, A, B are standardised Gumbel draws
+(right-skewed: a few hot experts per row, which real routing's high top-expert share at high
+entropy needs); n is unit-variance uniform noise.
 As X[t] contains n[t], the score's token-to-token correlation drops after one token, then decays
 geometrically, as in real DeepSeek-V2-Lite routing (share of a token's experts also used d tokens
 earlier: 0.27, 0.21, 0.18, 0.16, 0.15 for d = 1, 2, 4, 8, 16; random 0.094).
@@ -67,6 +72,7 @@ from workloads.structure import (
 )
 from workloads.synthetic_route import SCORE_OFFSET, Workspace, route_chunk
 from workloads.tasks import PAPER_TASK_COUNTS
+from workloads.token_latent import chunk_factors, latent_bound, latent_loadings
 from workloads.workload_checks import WorkloadError, check_fields
 
 CHUNK_REQUESTS = 32  # requests per inner loop; fixed so that output never depends on it
@@ -114,6 +120,9 @@ class SyntheticConfig:
     groups_per_dataset: int | None = None
     group_decay: float | None = None
     group_stay: float | None = None
+    # Token latent (workloads/token_latent.py): std of a per-token low-rank term shared by
+    # the token's layers; 0 = off (nothing drawn).
+    token_latent_std: float | None = None
     # Noise (std, nats) on the next-layer guess scores (workloads/spec_guess.py). 0: the best
     # this past-only guess does, recall 0.545 at Table 1's setting; cross-layer gate-based
     # guesses on DeepSeek-V2-Lite reach ~0.78 (arXiv 2511.10676; docs/routing.md), out of
@@ -143,7 +152,8 @@ class SyntheticConfig:
         rho, a, u = self.stickiness, self.sticky_std, math.sqrt(3)
         innov = a * math.sqrt(1 - rho * rho) * u
         x_max = max(6 * a, 6 * a * rho**31 + innov * (1 - rho**31) / (1 - rho))
-        return self.pref_clip() + x_max + u * self.token_noise_std
+        return (self.pref_clip() + x_max + u * self.token_noise_std
+                + latent_bound(self.token_latent_std))
 
     def check(self) -> None:
         """Every field strictly (workloads/workload_checks.py), then the score bound; the
@@ -209,6 +219,7 @@ def _route(model: ModelSpec, cfg: SyntheticConfig, plan, with_probs: bool,
     keep = np.int32(~((1 << id_bits) - 1))  # mask of the score bits of a packed key
     pref_clip = cfg.pref_clip()
     cross = cross_layer_map(cfg, stacks, E)
+    latent = latent_loadings(cfg, stacks, E)  # None when token_latent_std = 0
     N = int(row_offsets[-1])
     topk, weights = np.empty((N, k), idt), np.empty((N, k), np.float16)
     probs = (np.empty if with_probs else np.zeros)((int(steps[-1]) * L, E), np.float16)
@@ -229,8 +240,10 @@ def _route(model: ModelSpec, cfg: SyntheticConfig, plan, with_probs: bool,
         for i, m in enumerate(members):
             counts[i, :S_r[m]] = geo[shape_of[m]][1]
         t_max = max(geo[shape_of[m]][4] for m in members)
+        z = None if latent is None else (latent, chunk_factors(
+            cfg, c0 // CHUNK_REQUESTS, t_max, CHUNK_REQUESTS, latent[2]))
         ids, w, pr = route_chunk(rng, pref, cfg, n0, counts, t_max, k, keep, n, idt, cross,
-                                 with_probs, ws)  # [t_max, L, n, k] x2, [n, S, L, E]
+                                 with_probs, ws, z)  # [t_max, L, n, k] x2, [n, S, L, E]
         # row j of request i's output is position pt[j] of layer pl[j]: row
         # (pt * L + pl) * n + i of the chunk's [t_max, L, n] outputs
         idx = np.concatenate([(geo[shape_of[c0 + i]][2] * L + geo[shape_of[c0 + i]][3]) * n
@@ -286,11 +299,13 @@ def generate_trace(model: ModelSpec, cfg: SyntheticConfig) -> Trace:
             emb_rng, (R, cfg.embed_dim)) / math.sqrt(cfg.embed_dim))
     else:
         emb = plan.embeddings
-    # version 4: dataset and group terms (workloads/structure.py); version 3: next-layer
-    # guesses from the past only (workloads/spec_guess.py); version 2: portable arithmetic
-    # (core/numerics.py; docs/trace-format.md)
+    # version 5: the token latent (workloads/token_latent.py); version 4: dataset and group
+    # terms (workloads/structure.py); version 3: next-layer guesses from the past only
+    # (workloads/spec_guess.py); version 2: portable arithmetic (core/numerics.py;
+    # docs/trace-format.md)
     on = structure_on(cfg)
-    generator = {"name": "workloads.synthetic", "version": 4 if on else 3, **asdict(cfg)}
+    version = 5 if cfg.token_latent_std else (4 if on else 3)
+    generator = {"name": "workloads.synthetic", "version": version, **asdict(cfg)}
     if preset is not None:  # the file that supplied values (workloads/presets.py)
         generator["preset"] = f"workloads/presets/{preset}.yaml"
     for key in STRUCTURE_FIELDS if not on else ():  # off: absent, traces stay as before
@@ -298,6 +313,8 @@ def generate_trace(model: ModelSpec, cfg: SyntheticConfig) -> Trace:
     for key in ("arrivals", "prompts"):  # absent when unset: default traces stay as they were
         if generator[key] is None:
             del generator[key]
+    if not cfg.token_latent_std:  # off: absent, traces made before the knob stay identical
+        del generator["token_latent_std"]
     if not cfg.cross_layer_corr:  # off: absent, so traces made before the knob stay identical
         del generator["cross_layer_corr"]
     if cfg.lengths == "fixed":  # length_source is not used

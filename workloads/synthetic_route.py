@@ -33,6 +33,7 @@ import numpy as np
 from core import numerics
 from workloads.cross_layer import copy_layers_layer_major
 from workloads.half import to_float16
+from workloads.token_latent import add_latent
 
 SCORE_OFFSET = 32.0  # scores are shifted positive so float bits sort like integers
 PROBS_PREFILL_TOKENS = 64  # prefill `probs` averages every max(1, P // 64)-th prompt token
@@ -71,14 +72,15 @@ class Workspace:
 
 
 def route_chunk(rng, pref, cfg, n0, counts, t_max, k, keep, n, idt, cross=None,
-                with_probs=True, ws: Workspace | None = None):
+                with_probs=True, ws: Workspace | None = None, latent=None):
     """Route one chunk of requests through all layers and token positions.
 
     pref float32 [c, L, E] (bounded log-preferences) of the chunk's c members, of which the
     first n are real (the rest pad a short last chunk); per member prefill tokens n0 int
     [c, L] and tokens per (step, layer) counts [c, S, L] (0 past a request's last step);
     keep: mask of a packed key's score bits; cross: the cross-layer map
-    (workloads/cross_layer.py) or None; with_probs False: probs stay 0
+    (workloads/cross_layer.py) or None; latent: None or (loadings, the chunk's factors
+    [t_max, c, stacks, rank]) (workloads/token_latent.py); with_probs False: probs stay 0
     -> (ids idt [t_max, L, n, k] and weights float16 [t_max, L, n, k]: each (position,
     layer, request)'s top-k experts, largest score first, and the softmax over their scores;
     probs float32 [n, S, L, E]: router probabilities averaged over each step).
@@ -107,6 +109,8 @@ def route_chunk(rng, pref, cfg, n0, counts, t_max, k, keep, n, idt, cross=None,
         w, u8 = _noise(rng, tb, c, L, E, cross)  # the padding's words are drawn, not used
         blk.load_noise(w[:, :n], None if u8 is None else u8[:, :n])
         y = blk.scores(state, t0)  # score + SCORE_OFFSET, float32 [tb, L, n, E]
+        if latent is not None:  # blk.wf (the noise) is spent: the scratch of the products
+            add_latent(y, latent[1][t0:t0 + tb, :n], latent[0], blk.wf)
         acc.add(y, t0)
         cand[t0:t0 + tb] = blk.top_keys(keep, k)
     ids, weights = _finish(cand, keep, idt, ws)

@@ -16,7 +16,7 @@ INTEGERS = (("seed", 0, None), ("num_requests", 1, None), ("embed_dim", 1, None)
             ("prompt_len", 1, MAX_REQUEST_TOKENS), ("output_len", 1, MAX_REQUEST_TOKENS))
 NON_NEGATIVE = ("arrival_ms", "layer_pref_std", "task_pref_std", "request_pref_std",
                 "sticky_std", "token_noise_std", "embed_noise", "dataset_pref_std",
-                "group_pref_std")
+                "group_pref_std", "token_latent_std")
 MAX_GROUPS = 1000  # activation groups per dataset (workloads/structure.py)
 
 
