@@ -13,6 +13,26 @@ from core.shared_data import ENV_VAR, looked_for, shared_file
 from core.specs import model_spec_from_dict
 from core.trace import trace_from_routing
 
+ROOT = Path(__file__).resolve().parents[1]
+# The synthetic score knobs before the dataset and group terms (generator version 3), every
+# preset knob explicit, so no model's preset supplies one and none is recorded in the meta
+# (with the terms off group_decay and group_stay are not used): the traces of the generator
+# before workloads/structure.py, and a fixed score model for tests of other mechanisms
+BEFORE_STRUCTURE = {"layer_pref_std": 0.13, "task_pref_std": 0.25, "request_pref_std": 0.36,
+                    "sticky_std": 0.62, "stickiness": 0.8, "token_noise_std": 1.0,
+                    "dataset_pref_std": 0.0, "group_pref_std": 0.0, "groups_per_dataset": 0,
+                    "group_decay": 0.9, "group_stay": 0.75, "token_latent_std": 0.0}
+
+
+def conf_model(name: str):
+    """The ModelSpec of conf/model/<name>.yaml (skipped when the file is not there)."""
+    import yaml
+
+    path = ROOT / "conf" / "model" / f"{name}.yaml"
+    if not path.exists():
+        pytest.skip(f"{path.name} not present")
+    return model_spec_from_dict(yaml.safe_load(path.read_text()), where=name)
+
 
 def tiny_model(layers: int = 3, experts: int = 4, top_k: int = 2, name: str = "tiny"):
     """A decoder-only model with every layer MoE; sizes are small round numbers."""

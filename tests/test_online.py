@@ -8,7 +8,7 @@ import urllib.error
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
-from helpers import tiny_model
+from helpers import BEFORE_STRUCTURE, tiny_model
 
 from core.specs import SpecError
 from harness.runner.config import compose_config
@@ -201,9 +201,12 @@ def test_prompt_aware_routing_coupling(monkeypatch):
     model = tiny_model(layers=4, experts=16, top_k=2)
 
     def make(coupling, split="measure", n=24, lengths=False):
+        # the score model fixed (BEFORE_STRUCTURE): the thresholds below are the coupling's,
+        # measured with it, not a fitted default's
         return generate_trace(model, SyntheticConfig(
             num_requests=n, prompt_len=32, output_len=4, split=split,
-            prompts={"dataset": "toy", "coupling": coupling, "lengths": lengths}))
+            prompts={"dataset": "toy", "coupling": coupling, "lengths": lengths},
+            **BEFORE_STRUCTURE))
 
     on, half, off = make(1.0), make(0.5), make(0.0)
     # excess of within-topic over across-topic activation cosine (seed 0; seeds 0-3 gave

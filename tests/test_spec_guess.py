@@ -143,7 +143,8 @@ def test_noise_knob_lowers_recall_to_random(dsv2, trace):
     # of the actual experts (hand computation: 6 / 64)
     assert r[2] == pytest.approx(k / E, abs=0.012)
     tr = generate_trace(dsv2, SyntheticConfig(**SMALL, spec_noise_nats=0.5))
-    assert tr.meta["generator"]["spec_noise_nats"] == 0.5 and tr.meta["generator"]["version"] == 3
+    # version 4: the default score model has the dataset and group terms (latent off)
+    assert tr.meta["generator"]["spec_noise_nats"] == 0.5 and tr.meta["generator"]["version"] == 4
 
 
 def test_guess_is_largest_first_and_ties_go_to_the_lower_id():

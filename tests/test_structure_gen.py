@@ -10,10 +10,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
+from helpers import conf_model
 
 from analysis.characterize import request_sequences
 from analysis.routing_structure import groups_by_dataset, request_profiles, task_similarity
-from core.specs import model_spec_from_dict
 from workloads import presets
 from workloads.presets import DEFAULTS, resolve
 from workloads.structure import group_of_tasks, group_weights, structure_prefs
@@ -22,11 +22,6 @@ from workloads.workload_checks import WorkloadError
 
 ROOT = Path(__file__).resolve().parents[1]
 OFF = {"dataset_pref_std": 0.0, "group_pref_std": 0.0, "groups_per_dataset": 0}
-
-
-def _model(name: str):
-    path = ROOT / "conf" / "model" / f"{name}.yaml"
-    return model_spec_from_dict(yaml.safe_load(path.read_text()), where=name)
 
 
 def _resolved(**knobs) -> SyntheticConfig:
@@ -80,7 +75,7 @@ def test_dataset_contrast_on_and_off():
     """dataset_contrast = cos(same dataset, other task) - cos(other dataset): with the dataset
     term off every pair of tasks is exchangeable (expected 0); on, same-dataset pairs share
     D (expected > 0)."""
-    model = _model("deepseek_v2_lite")
+    model = conf_model("deepseek_v2_lite")
     out = {}
     for std in (0.0, 0.4):
         tr = _small_trace(model, **{**OFF, "dataset_pref_std": std})
@@ -94,7 +89,7 @@ def test_dataset_contrast_on_and_off():
 def test_group_count_recovered():
     """4 equal groups (r = 1), a strong group term and weak task/request terms: K-means per
     dataset finds the 4 groups."""
-    model = _model("deepseek_v2_lite")
+    model = conf_model("deepseek_v2_lite")
     cfg = SyntheticConfig(num_requests=64, prompt_len=64, output_len=2, tasks=[["alpha", 64]],
                           groups_per_dataset=4, group_decay=1.0, group_stay=0.0,
                           group_pref_std=1.0, dataset_pref_std=0.0, task_pref_std=0.1,
@@ -133,7 +128,7 @@ def test_bad_preset_names_file_and_key(tmp_path, monkeypatch, doc, message):
 
 
 def test_meta_records_values_and_preset():
-    model = _model("mixtral_8x7b")
+    model = conf_model("mixtral_8x7b")
     tr = generate_trace(model, SyntheticConfig(num_requests=4, prompt_len=8, output_len=2))
     gen = tr.meta["generator"]
     want = presets.load_preset("mixtral_8x7b")
@@ -152,7 +147,7 @@ def test_gate_probabilities_agree_with_chosen_experts():
     """At a decode step (one token) the stored probs row is that token's softmax over all E:
     its k largest entries are the chosen experts and the weights are those entries
     renormalised (float16 rounding aside)."""
-    model = _model("deepseek_v2_lite")
+    model = conf_model("deepseek_v2_lite")
     tr = generate_trace(model, SyntheticConfig(num_requests=8, prompt_len=16, output_len=6))
     L, k = tr.num_layers, tr.top_k
     agree, total = 0, 0
@@ -171,7 +166,7 @@ def test_gate_probabilities_agree_with_chosen_experts():
 def test_prefix_of_requests_does_not_change():
     """No term reads a later request: the first chunk's routing is the same with more
     requests after it."""
-    model = _model("switch_base_128")
+    model = conf_model("switch_base_128")
     a = generate_trace(model, SyntheticConfig(num_requests=33, prompt_len=8, output_len=2))
     b = generate_trace(model, SyntheticConfig(num_requests=64, prompt_len=8, output_len=2))
     n = int(a.block_offsets[int(a.step_offsets[32]) * a.num_layers])
