@@ -21,7 +21,8 @@ ROOT = Path(__file__).resolve().parents[1]
 BEFORE_STRUCTURE = {"layer_pref_std": 0.13, "task_pref_std": 0.25, "request_pref_std": 0.36,
                     "sticky_std": 0.62, "stickiness": 0.8, "token_noise_std": 1.0,
                     "dataset_pref_std": 0.0, "group_pref_std": 0.0, "groups_per_dataset": 0,
-                    "group_decay": 0.9, "group_stay": 0.75, "token_latent_std": 0.0}
+                    "group_decay": 0.9, "group_stay": 0.75, "token_latent_std": 0.0,
+                    "embed_noise": 1.0}
 
 
 def conf_model(name: str):

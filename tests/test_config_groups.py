@@ -25,8 +25,8 @@ ARRIVALS = ["azure_code", "azure_conv", "gamma", "offline", "poisson"]
 PROCESS = {"offline": None, "poisson": ("poisson", None), "gamma": ("gamma", None),
            "azure_conv": ("azure", "conv"), "azure_code": ("azure", "code")}
 # The default workload node before the groups existed (the Table 1 trace is made from it:
-# sha 8159a29481879ad2 then, 01022c2e03b568f0 with generator version 4 and the DeepSeek-V2-Lite
-# preset file, docs/trace-format.md): the groups must compose exactly this.
+# sha 8159a29481879ad2 then, 2e04c1cb192a4e76 with generator version 4, the DeepSeek-V2-Lite
+# preset file and embed_noise 3.0, docs/trace-format.md): the groups must compose exactly this.
 DEFAULT_WORKLOAD = {
     "_target_": "workloads.synthetic.SyntheticConfig", "num_requests": 290, "prompt_len": 512,
     "output_len": 32, "arrival_ms": 0.0, "lengths": "fixed", "length_source": "azure_conv",
