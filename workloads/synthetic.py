@@ -138,10 +138,10 @@ class SyntheticConfig:
     embed_dim: int = 384  # as all-MiniLM-L6-v2
     # Request noise norm vs the unit task centroid (mixed with dataset and group centroids,
     # workloads/structure.py). Set by prompt/routing coupling on the real DeepSeek-V2-Lite
-    # sample (MiniLM embeddings, all prompts: Pearson r 0.327 between prompt-embedding and
-    # activation cosine, 5 % most similar prompt pairs 0.097 above all pairs; docs/routing.md):
-    # at 1 / 2 / 3 / 4 the synthetic set gives r 0.71 / 0.56 / 0.36 / 0.23 and excess 0.16 /
-    # 0.14 / 0.098 / 0.056, so 3.0
+    # sample's fit split (prompt ids 1-400, MiniLM embeddings: Pearson r 0.346 between
+    # prompt-embedding and activation cosine, 5 % most similar prompt pairs 0.107 above all
+    # pairs; docs/routing.md): at 1 / 2 / 3 / 4 the synthetic set gives r 0.71 / 0.56 / 0.36 /
+    # 0.23 and excess 0.16 / 0.14 / 0.098 / 0.056, so 3.0
     embed_noise: float = 3.0
     # Request-level inputs (workloads/requests.py, docs/serving.md); None keeps the fields above.
     arrivals: dict | None = None  # arrival process or Azure trace replay (workloads/arrivals.py)
