@@ -216,11 +216,12 @@ AVERAGED = ("1 + requests to recover, averaged over the streams (one per seed) a
             "recovers is left out and counted in the note")
 
 
-def per_seed(runs, model: str, workload: str, system: str = SYSTEM
+def per_seed(found: dict[tuple, list], model: str, workload: str
              ) -> tuple[dict[int, float], int]:
-    """({seed: 1 + requests to recover}, streams that never recovered) for one Table 3 cell."""
+    """({seed: 1 + requests to recover}, streams that never recovered) for one Table 3 cell
+    of one system's `streams`."""
     out, lost = {}, 0
-    for seed, x in streams(runs, system).get((model, workload), []):
+    for seed, x in found.get((model, workload), []):
         got = recovery(x)["requests"]
         if got is None:
             lost += 1
@@ -234,11 +235,13 @@ def claims(tab, runs, real):
     (the 1-based position of the first request of the recovered window): 1 is a stream that
     needs no request to recover, the 'no change' of the verdict rule."""
     out = []
+    # each run's per-request TPOT is read once (from its tokens.parquet), not once per cell
+    seeded, varied = streams(runs), streams(runs, VARIANTS[0])
     for model in TABLE3_MODELS:
         worth = history_worth(tab, model)
         for workload in WORKLOADS:
-            found, lost = per_seed(runs, model, workload)
-            variant = per_seed(runs, model, workload, VARIANTS[0])[0]
+            found, lost = per_seed(seeded, model, workload)
+            variant = per_seed(varied, model, workload)[0]
             row = tab[(tab["model"] == model) & (tab["workload"] == workload)
                       & (tab["system"] == SYSTEM)]
             length = None if row.empty else row.iloc[0]["requests_per_stream"]
