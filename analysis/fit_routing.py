@@ -24,10 +24,10 @@ from pathlib import Path
 
 import yaml
 
+from analysis.routing_calibration import model as model_spec
 from analysis.routing_fidelity import fidelity_rows, load_targets, trace_structure
 from workloads.presets import preset_path
 
-ROOT = Path(__file__).resolve().parents[1]
 FIT_SEED = 1000
 SHAPE = {"num_requests": 580, "prompt_len": 512, "output_len": 32}
 # (group_pref_std, sticky_std, preference scale): the scale multiplies the layer, task and
@@ -53,13 +53,6 @@ DEEPSEEK_FIXED = {**BASE, "dataset_pref_std": 0.1, "group_pref_std": 0.3,
                   "groups_per_dataset": 8, "group_decay": 0.9}
 
 
-def _model(name: str):
-    from core.specs import model_spec_from_dict
-
-    path = ROOT / "conf" / "model" / f"{name}.yaml"
-    return model_spec_from_dict(yaml.safe_load(path.read_text()), where=name)
-
-
 def candidates(model: str) -> list[dict]:
     """The grid's knob values, each a full preset. group_stay: 0 for models whose targets
     bound the group transitions from above (the papers' <= 0.3), else DEFAULTS' value."""
@@ -74,7 +67,7 @@ def candidates(model: str) -> list[dict]:
                 knobs.update(zip(key, value) if isinstance(key, tuple) else [(key, value)])
             out.append(knobs)
         return out
-    scales = WIDE_SCALES if _model(model).num_experts >= WIDE_EXPERTS else GRID["pref_scale"]
+    scales = WIDE_SCALES if model_spec(model).num_experts >= WIDE_EXPERTS else GRID["pref_scale"]
     out = []
     for g, sticky, scale in itertools.product(GRID["group_pref_std"], GRID["sticky_std"],
                                               scales):
@@ -113,7 +106,7 @@ def evaluate(model: str, knobs: dict, seed: int) -> list[dict]:
     """The fidelity rows of `model`'s synthetic trace with `knobs` at the fit shape."""
     from workloads.synthetic import SyntheticConfig, generate_trace
 
-    tr = generate_trace(_model(model), SyntheticConfig(seed=seed, **SHAPE, **knobs))
+    tr = generate_trace(model_spec(model), SyntheticConfig(seed=seed, **SHAPE, **knobs))
     return fidelity_rows(model, trace_structure(tr))
 
 

@@ -31,10 +31,10 @@ import argparse
 import csv
 import sys
 import time
-from bisect import bisect_left, bisect_right
 from pathlib import Path
 
 from analysis.routing_calibration import DEEPSEEK_SAMPLE, model
+from analysis.routing_report import select_prompts
 from core.shared_data import ENV_VAR, require_shared_file
 
 MODEL = "deepseek_v2_lite"
@@ -62,10 +62,10 @@ def prompt_slice(prompt_ids: list[int], prompts: tuple[int, int]) -> tuple[int, 
         raise ValueError(f"prompt range {first}-{last}: prompts are numbered from 1")
     if list(prompt_ids) != sorted(prompt_ids):
         raise ValueError("the sample's prompt ids are not in increasing file order")
-    start, stop = bisect_left(prompt_ids, first), bisect_right(prompt_ids, last)
-    if start == stop:
+    kept = select_prompts(prompt_ids, first, last)  # consecutive records: the ids are sorted
+    if not kept:
         raise ValueError(f"no prompt numbered {first}-{last} in the sample")
-    return start, stop
+    return kept[0], kept[-1] + 1
 
 
 def split_slices(prompt_ids: list[int], split: str) -> dict[str, tuple[int, int]]:

@@ -6,8 +6,9 @@ from __future__ import annotations
 from dataclasses import replace
 
 import numpy as np
+from helpers import conf_model
 
-from analysis.fit_routing import _model, score
+from analysis.fit_routing import score
 from workloads.presets import DEFAULTS, load_preset
 from workloads.synthetic import SyntheticConfig, generate_trace
 from workloads.token_latent import LATENT_RANK, add_latent, latent_loadings
@@ -52,7 +53,7 @@ def test_latent_loadings_have_unit_columns_and_add_by_hand():
 
 def test_latent_reads_no_later_token():
     """A request's first steps route the same however many steps follow."""
-    model = _model("deepseek_v2_lite")
+    model = conf_model("deepseek_v2_lite")
     cfg = SyntheticConfig(num_requests=2, prompt_len=8, token_latent_std=1.5)
     a = generate_trace(model, replace(cfg, output_len=3))
     b = generate_trace(model, replace(cfg, output_len=6))
@@ -65,7 +66,7 @@ def test_latent_trace_sha():
     """A latent-on trace (two chunks, the second short) keeps its bits: the sha was computed
     when the knob was added and matched under OPENBLAS_CORETYPE = Haswell and Prescott with
     NPY_DISABLE_CPU_FEATURES = AVX512F,AVX512_SKX,AVX2,FMA3 (no BLAS in the term)."""
-    tr = generate_trace(_model("deepseek_v2_lite"), SyntheticConfig(
+    tr = generate_trace(conf_model("deepseek_v2_lite"), SyntheticConfig(
         num_requests=33, prompt_len=21, output_len=3, token_latent_std=0.8, token_noise_std=0.6,
         embed_noise=1.0))  # the embedding noise of when the sha was taken (routing unaffected)
     assert tr.content_sha256() == (
