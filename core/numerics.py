@@ -9,7 +9,7 @@ rint, frexp, ldexp, comparisons, where, casts) and integer bit manipulation of t
 generator output. docs/trace-format.md ("Portable determinism") gives the rule and where it
 is used.
 
-Accuracy (tests/test_numerics.py, against the math module and mpmath): `exp` within 1.5 ulp
+Accuracy (tests/core/test_numerics.py, against the math module and mpmath): `exp` within 1.5 ulp
 in float32 and float64, `log` within 1 ulp in float64, `normal_quantile` within ~2e-16
 relative. About 20 (exp) to 40 (log) array passes each: a few times slower than np.exp.
 """

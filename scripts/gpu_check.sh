@@ -35,7 +35,7 @@ nvidia-smi > "$OUT/nvidia-smi.txt" 2>&1 || true
 
 stamp "1/3 lossless test on CUDA"
 export CUBLAS_WORKSPACE_CONFIG=:4096:8
-MOEBENCH_TEST_DEVICE=cuda timeout 200 "$PY" -m pytest tests/test_lossless.py -q -x \
+MOEBENCH_TEST_DEVICE=cuda timeout 200 "$PY" -m pytest tests/live/test_lossless.py -q -x \
     -k "lru or oracle or on_demand" -p no:cacheprovider 2>&1 | tee "$OUT/lossless.txt"
 
 stamp "2/3 calibrate (quick sweep)"

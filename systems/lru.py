@@ -4,7 +4,7 @@ applying the next layer's router to this layer's hidden state (trace field `spec
 
 By construction composed(lru_per_layer, spec_next_layer) with max_proposal = slots_per_layer
 (systems/evictors/lru_per_layer.py, systems/prefetchers/spec_next_layer.py have the rules);
-tests/test_composed.py checks the equivalence through the runner.
+tests/systems/test_composed.py checks the equivalence through the runner.
 
 slots_per_layer = floor(cache slots / MoE layers) (at most E) unless set; a set value must be
 in [1, E]. Without `spec_topk` in the trace the system runs without speculative prefetch (LRU

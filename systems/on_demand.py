@@ -2,7 +2,7 @@
 
 Stands for "MoE-OnDemand", the baseline that Pre-gated MoE and Diff-MoE call DeepSpeed.
 By construction composed(lru, none): the global LRU evictor (systems/evictors/lru.py) and no
-prefetcher; tests/test_composed.py checks the equivalence through the runner.
+prefetcher; tests/systems/test_composed.py checks the equivalence through the runner.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The bad-input cases that tests/test_bad_inputs.py runs through the real CLI.
+"""The bad-input cases that tests/runner/test_bad_inputs.py runs through the real CLI.
 
 CASES is a flat list; append a Case to add one (config cases included). `{dir}` in argv is
 the case's own folder, `{results}` the shared results folder; import-routing writes its

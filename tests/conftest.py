@@ -26,6 +26,14 @@ def _own_working_dir(tmp_path_factory):
     yield work
     os.chdir(before)
 
+@pytest.fixture(scope="session")
+def dsv2():
+    """The ModelSpec of conf/model/deepseek_v2_lite.yaml (the Table 1 model)."""
+    from helpers import conf_model
+
+    return conf_model("deepseek_v2_lite")
+
+
 # Property tests draw the same examples on every run and machine, so a result does not depend
 # on chance; HYPOTHESIS_PROFILE=explore draws fresh ones to hunt for new counterexamples.
 settings.register_profile("repeatable", derandomize=True)

@@ -14,6 +14,10 @@ from core.specs import model_spec_from_dict
 from core.trace import trace_from_routing
 
 ROOT = Path(__file__).resolve().parents[1]
+TESTS = ROOT / "tests"
+# Small committed inputs (tests/data/) and the golden files (tests/golden/)
+DATA = TESTS / "data"
+GOLDEN = TESTS / "golden"
 # The synthetic score knobs before the dataset and group terms (generator version 3), every
 # preset knob explicit, so no model's preset supplies one and none is recorded in the meta
 # (with the terms off group_decay and group_stay are not used): the traces of the generator

@@ -1,5 +1,5 @@
 """The numbers of ../shared/reference/paper_numbers.md that the claims inventory must account
-for (tests/test_claims_inventory.py), found by one fixed rule:
+for (tests/analysis/test_claims_inventory.py), found by one fixed rule:
 
 1. Sections: only "## A1." to "## A4." and "## A2-v1." (the papers); a section ends at the
    next "## " heading. Sections B, C and D (configs, hardware, traces) are inputs, not claims.

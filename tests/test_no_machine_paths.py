@@ -24,7 +24,7 @@ ALLOWED = {
                      "fixed by the kernel, the same path on every Linux machine",
     "/dev/null": "the POSIX null device",
     "/proc/nope": "a path under Linux's /proc, where no process can create a folder: the "
-                  "unusable trace cache of tests/test_fault_matrix.py",
+                  "unusable trace cache of tests/runner/test_fault_matrix.py",
     "/proc/self/status": "the Linux kernel's view of the running process (VmRSS, "
                          "harness/bench/process.py), the same path on every Linux machine",
     "/proc/self/clear_refs": "writing 5 resets the running process's peak RSS (Linux; "

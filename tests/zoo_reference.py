@@ -1,4 +1,4 @@
-"""REF: the brute-force reference simulator of tests/test_evictor_zoo.py.
+"""REF: the brute-force reference simulator of tests/systems/test_evictor_zoo.py.
 
 Semantics (REF; no code shared with the engine or the evictors):
 - a cache of C slots, empty at the start; no prefetch, no preloads;

@@ -41,7 +41,7 @@ def copy_layers(w: np.ndarray, u8: np.ndarray, cross) -> None:
     entry (l-1, src[l-1][j]) where u8 [..., L, E] is below the layer's threshold (probability
     cross_layer_corr). Marginals stay uniform; the noise of mapped experts in adjacent layers
     correlates by cross_layer_corr, in n and so in X. The reference: the generator runs
-    copy_layers_layer_major, the same values (tests/test_synthetic.py)."""
+    copy_layers_layer_major, the same values (tests/workloads/test_synthetic.py)."""
     src, threshold = cross
     copy = u8 < threshold[:, None]  # bool [..., L, E]
     for layer in np.flatnonzero(threshold):

@@ -2,7 +2,7 @@
 value on the reference machine), this is about ten vectorised passes.
 
 IEEE 754 conversion rounds to nearest, ties to even, so any correct implementation gives
-numpy's bits; tests/test_synthetic.py compares the two over every float32 in [0, 1] and
+numpy's bits; tests/workloads/test_synthetic.py compares the two over every float32 in [0, 1] and
 around float16's subnormal, normal and largest values. Values that are negative, not finite
 or above float16's largest (65504) go through numpy's cast.
 """

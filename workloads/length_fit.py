@@ -9,7 +9,7 @@ by their quantiles at p = GRID_N / 10000 (numpy's linear interpolation): every p
 every 0.1% and 0.01% of the top 1%, where the long requests are (uniform percentiles alone
 overstate the mean by up to 22% and the CV by up to 80%, from the last segment up to the
 maximum). That is the table the generator draws from (workloads/lengths.py).
-tests/test_lengths.py refits and compares with the committed table. Sources
+tests/workloads/test_lengths.py refits and compares with the committed table. Sources
 (../shared/data/SOURCES.md):
 
 - azure_conv, azure_code: the Azure LLM inference traces 2023 (Splitwise, ISCA 2024;

@@ -27,7 +27,7 @@ from workloads.workload_checks import WorkloadError
 PRESETS_DIR = Path(__file__).resolve().parent / "presets"
 # The values of a model without a preset: DeepSeek-V2-Lite's fit, equal to
 # workloads/presets/deepseek_v2_lite.yaml as written by `moebench fit-routing deepseek_v2_lite
-# --write` (routing statistics on the fit seed; tests/test_fit_routing.py checks equality).
+# --write` (routing statistics on the fit seed; tests/analysis/test_fit_routing.py checks equality).
 # Change them only by re-running that command and copying its values here.
 DEFAULTS = {
     "layer_pref_std": 0.13,  # model-wide popularity: aggregate busiest/mean 1.7

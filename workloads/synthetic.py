@@ -98,11 +98,12 @@ class SyntheticConfig:
     # Score knobs (units of token_noise_std). None: the model's preset
     # (workloads/presets/<model>.yaml), else the DeepSeek-V2-Lite-fitted default
     # (workloads/presets.py DEFAULTS); an explicit value wins. Fitted to real DeepSeek-V2-Lite
-    # prefill routing at matched prompt length (96-160 tokens; tests/test_synthetic.py prints
-    # the comparison). Real values: reuse 0.27, 0.21, 0.18, 0.16 at lags 1, 2, 4, 8; within a
-    # prompt: entropy 5.57 of 6 bits, top expert 0.066 of a layer's routings, 97% of experts
-    # used (36-token prompts: 5.21 bits, 0.084, 75%); all prompts: busiest expert 1.77x mean;
-    # activation-matrix cosine 0.68 for adjacent prompts (same conversation) vs 0.61 random.
+    # prefill routing at matched prompt length (96-160 tokens;
+    # tests/workloads/test_synthetic.py prints the comparison). Real values: reuse 0.27, 0.21,
+    # 0.18, 0.16 at lags 1, 2, 4, 8; within a prompt: entropy 5.57 of 6 bits, top expert 0.066
+    # of a layer's routings, 97% of experts used (36-token prompts: 5.21 bits, 0.084, 75%); all
+    # prompts: busiest expert 1.77x mean; activation-matrix cosine 0.68 for adjacent prompts
+    # (same conversation) vs 0.61 random.
     # Per-model presets (moebench fit-routing, analysis/fit_routing.py) fit the task, group
     # and dataset structure and the decode statistics to each model's targets
     # (analysis/routing_targets/<model>.yaml).

@@ -24,7 +24,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 # Two-sided 95 % quantiles of Student's t, t_{0.975, df}, df = 1..30 (standard tables;
-# tests/test_stats.py checks a few against hand-computed values)
+# tests/analysis/test_compare.py checks a few against a Student t table)
 _T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228,
          2.201, 2.179, 2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086,
          2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042)

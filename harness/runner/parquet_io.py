@@ -137,7 +137,7 @@ def write_tables(run_dir: Path, stored: dict, run_id: str, request_ids: list[str
         tr = {**tr, "first_use_access": first_use(stored["accesses"]["transfer_id"],
                                                   len(tr["kind"]))}
     # The small files first: once accesses.parquet appears, the others are complete
-    # (tests/test_store.py watches for it to kill a writer inside the write).
+    # (tests/runner/test_store.py watches for it to kill a writer inside the write).
     write_table("tokens", stored["tokens"], run_dir / "tokens.parquet", run_id, request_ids, eb)
     write_table("transfers", tr, run_dir / "transfers.parquet", run_id, None, eb,
                 () if save_rows else ("first_use_access",))

@@ -48,7 +48,7 @@ ALWAYS_TABLES = ("tokens", "transfers")
 # anything else raised inside the job (MemoryError included)
 FAILURE_KINDS = ("input", "timeout", "exception")
 # Test-only: seconds to sleep between the parquet files and result.json, so a test can kill a
-# writer provably inside the write (tests/test_store.py). Unset in normal use.
+# writer provably inside the write (tests/runner/test_store.py). Unset in normal use.
 PAUSE_ENV = "MOEBENCH_TEST_PAUSE_IN_WRITE_S"
 
 

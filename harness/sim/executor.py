@@ -8,7 +8,7 @@ stall. SimExecutor advances the virtual clock by the cost model; the live execut
 (harness/live/driver.py, which also has `bind_layer(run)` for the engine's `live_layer`)
 waits for the real copy, runs the expert and reads the backend's clock. `run_ready` runs a
 layer whose experts are all ready with no copy queued; an executor may override it with a
-faster loop that records the same rows (tests/test_engine.py checks that it does).
+faster loop that records the same rows (tests/sim/test_engine.py checks that it does).
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ reached at p is needed at its own position; any other resident at its next acces
 step. Order: farthest first; ties (keys never used again) by the lowest key. For a demand
 fetch whose farthest resident is a key of the current step already reached but not yet run
 (pinned), the answer is None: the engine waits until it has run and asks again. So with
-demand fetches only the loads are MIN's over the sequence (tests/test_oracle_family.py);
+demand fetches only the loads are MIN's over the sequence (tests/systems/test_oracle_family.py);
 non-evictable residents otherwise (in flight) are skipped.
 
 `lookahead_iterations` k: only uses up to the end of iteration i + k (i: the current step's)
