@@ -11,8 +11,8 @@
     the dotted path) must appear in a code span on the page, alone or as the last component
     of a dotted path or an override (`key`, `system.key`, `system.key=false`, `key: 1`);
     Hydra's own entries are skipped (`defaults`, `_target_`, and the `hydra` node of
-    config.yaml, which configures Hydra rather than a run). Each yaml of conf/system/ maps to
-    docs/systems.md (the evictor/ and prefetcher/ parts are documented in its zoo tables).
+    config.yaml, which configures Hydra rather than a run). Each yaml of conf/system/, and of
+    its evictor/ and prefetcher/ parts (the zoo tables), maps to docs/systems.md.
 """
 
 from __future__ import annotations
@@ -32,6 +32,8 @@ HOOK_HEADING = "## The System contract"
 CONFIG_PAGES = {
     "config.yaml": "docs/engine.md",
     "system/*.yaml": "docs/systems.md",
+    "system/evictor/*.yaml": "docs/systems.md",
+    "system/prefetcher/*.yaml": "docs/systems.md",
 }
 SKIPPED_KEYS = {"defaults", "_target_"}
 SKIPPED_NODES = {("config.yaml", "hydra")}
