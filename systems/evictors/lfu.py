@@ -1,13 +1,18 @@
-"""lfu: evict the resident expert with the fewest accesses (Least Frequently Used; the
-frequency baseline of SpecMD and of MoE-Infinity's activation-aware caching).
+"""lfu: evict the resident expert with the fewest accesses since its copy arrived (in-cache
+Least Frequently Used, the rule the caching literature and libCacheSim's LFU mean; the
+frequency baseline of SpecMD, and the LFU of fMoE's ablation, its Fig. 12b).
 
 Count: one per MoE layer step whose routing includes the key (not one per token), since the
-start of the run. Counts survive eviction ("perfect" LFU): a popular expert that was evicted
-comes back with its history, which is what a frequency signal is for in expert caching.
+copy now resident was inserted; the access that demand-loads a key is its first. Eviction
+resets the count: an expert that comes back starts again (lfu_perfect keeps it instead).
 Ties: the least recently touched first, where a touch is an access or the landing of a copy,
 ordered by event (a step's accesses in ascending key order, then its copies as they land);
-then the lowest key (never needed: touches are totally ordered). A prefetched copy that was
-never accessed has count 0 and goes first.
+then the lowest key (never needed: touches are totally ordered). This is libCacheSim's LFU
+tie-break (per-count buckets, a touched object appended to its bucket's tail, the victim at
+the head of the lowest bucket): tests/systems/test_cache_conformance.py replays one stream
+through both and expects the same misses. A prefetched copy lands with count 1, as an insert
+does in libCacheSim (its landing is its first touch; the access that then uses it makes 2):
+with count 0 every prefetch would be the next victim, dropped before its layer runs.
 """
 
 from __future__ import annotations
@@ -19,11 +24,12 @@ from systems.evictors.base import Evictor
 
 class LFUEvictor(Evictor):
     name = "lfu"
+    reset_on_evict = True  # in-cache counts; lfu_perfect (systems/evictors/lfu_perfect.py): False
 
     def bind(self, ctx):
         super().bind(ctx)
         n = ctx.num_layers * ctx.num_experts
-        self.count = np.zeros(n, dtype=np.int64)  # accesses per key since the run began
+        self.count = np.zeros(n, dtype=np.int64)  # accesses per key (see the module)
         self.touch = np.full(n, -1, dtype=np.int64)  # sequence number of the last touch
         self.resident = np.zeros(n, dtype=bool)
         self.seq = 0
@@ -36,11 +42,15 @@ class LFUEvictor(Evictor):
 
     def on_insert(self, key, demand, now_ms):
         self.resident[key] = True
+        if self.reset_on_evict:  # in-cache: a copy counts from 1 (a demand copy: its access)
+            self.count[key] = max(self.count[key], 1)
         self.touch[key] = self.seq
         self.seq += 1
 
     def on_evict(self, key, now_ms):
         self.resident[key] = False
+        if self.reset_on_evict:
+            self.count[key] = 0
 
     def choose_victim(self, candidates, incoming, demand, now_ms):
         if not candidates.full:

@@ -43,19 +43,19 @@ Divergences from the paper, and why:
     of the queue, never of a copy in flight), and ready experts run before in-flight and
     missing ones (docs/engine.md). Not modelled: preempting a copy half done.
   * The cache (eviction) is not part of a prefetcher: compose it with an evictor
-    (`system=composed system/evictor=lfu system/prefetcher=promoe`; fmoe_overall uses lfu
-    and says why). ProMoE's own replacement rule was not in the text read.
+    (`system=composed system/evictor=lfu_perfect system/prefetcher=promoe`; fmoe_overall
+    uses lfu_perfect and says why). ProMoE's own replacement rule was not in the text read.
   * The predictor's compute time is not charged: its cost was not read, and nothing here
     models it.
 
 Defaults: spec_weight 0.5 weighs the one hidden-state signal and the fitted chain equally,
 a modelling choice (the paper's predictor has no such blend); stride 3 is ProMoE's "several
 layers ahead". Neither is tuned: at fmoe_overall's setting (seed 1, 8 ShareGPT requests,
-composed with lfu) spec_weight 0, 0.5 and 1 and stride 1 to 4 gave TPOTs within 1.5 % of each
-other on Mixtral / Qwen1.5-MoE / Phi-3.5-MoE (760 / 17.4 / 323 ms at the defaults), so the
-choice does not move a verdict. On the link-bound Mixtral and Phi settings no prefetch at all
-was faster (composed(lfu, none): 665 and 268 ms): a wrong prefetch holds the link that a
-demand fetch then waits for.
+composed with lfu_perfect, then named lfu) spec_weight 0, 0.5 and 1 and stride 1 to 4 gave
+TPOTs within 1.5 % of each other on Mixtral / Qwen1.5-MoE / Phi-3.5-MoE (760 / 17.4 / 323 ms
+at the defaults), so the choice does not move a verdict. On the link-bound Mixtral and Phi
+settings no prefetch at all was faster (composed(lfu_perfect, none): 665 and 268 ms): a wrong
+prefetch holds the link that a demand fetch then waits for.
 """
 
 from __future__ import annotations

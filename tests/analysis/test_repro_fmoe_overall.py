@@ -20,7 +20,7 @@ INVENTORY = ROOT / "analysis/repro/inventory/fmoe.yaml"
 SYSTEMS = {name: {"name": name} for name in (
     "layer_offload", "lru", "moe_infinity", "moe_infinity_hysteresis", "fmoe", "fmoe_admission",
     "oracle")}
-SYSTEMS["promoe"] = {"name": "composed", "evictor": {"name": "lfu"},
+SYSTEMS["promoe"] = {"name": "composed", "evictor": {"name": "lfu_perfect"},
                      "prefetcher": {"name": "promoe"}}
 
 
@@ -135,7 +135,8 @@ def test_one_seed_gives_direction_only_labels():
 
 def test_labels_name_variants_and_compositions():
     assert overall.system_label({"system": {"name": "fmoe_admission"}}) == "fmoe_admission"
-    promoe = {"name": "composed", "evictor": {"name": "lfu"}, "prefetcher": {"name": "promoe"}}
+    promoe = {"name": "composed", "evictor": {"name": "lfu_perfect"},
+              "prefetcher": {"name": "promoe"}}
     assert overall.system_label({"system": promoe}) == "promoe"
     other = {"name": "composed", "evictor": {"name": "lru"}, "prefetcher": {"name": "promoe"}}
     assert overall.system_label({"system": other}) == "composed(lru,promoe)"

@@ -21,7 +21,7 @@ GIB = 2**30
 EXPERT_BYTES = 352321536  # one bf16 Mixtral expert
 SYSTEMS = {"layer_offload": {"name": "layer_offload"}, "lru": {"name": "lru"},
            "moe_infinity": {"name": "moe_infinity"}, "fmoe": {"name": "fmoe"},
-           "promoe": {"name": "composed", "evictor": {"name": "lfu"},
+           "promoe": {"name": "composed", "evictor": {"name": "lfu_perfect"},
                       "prefetcher": {"name": "promoe"}}}
 
 

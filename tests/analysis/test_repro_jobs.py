@@ -131,7 +131,7 @@ def test_real_sweeps_are_skipped_without_the_sample(tmp_path, monkeypatch, capsy
 def test_records_name_the_last_sweep_of_each_folder():
     calls = synthetic_calls("fmoe_batch", Path("r"), [], 1)
     assert records(calls, Path("r")) == {"r/fmoe_batch": list(calls[-1].overrides)}
-    assert calls[-1].overrides[1:5] == ("system=composed", "system/evictor=lfu",
+    assert calls[-1].overrides[1:5] == ("system=composed", "system/evictor=lfu_perfect",
                                         "system/prefetcher=promoe", "max_batch=1,2,3,4")
 
 

@@ -21,7 +21,7 @@ from harness.sim.recorder import HIT, LATE, MISS
 from systems.base import System
 from systems.evictors.base import Evictor
 
-MINE = ["fifo", "lfu", "lfru", "least_stale", "lifo_inactive", "evict_after_use"]
+MINE = ["fifo", "lfu", "lfu_perfect", "lfru", "least_stale", "lifo_inactive", "evict_after_use"]
 OTHERS = ["lru", "lru_per_layer", "belady"]  # written by other helpers: tested once present
 EVICTOR_DIR = PROJECT_ROOT / "systems" / "evictors"
 
@@ -187,23 +187,33 @@ def test_walk_fifo():
     assert walk("fifo", STEPS, 4) == ([0, 1, 6], (3, 7))
 
 
-def test_walk_lfu():
+@pytest.mark.parametrize("name", ["lfu", "lfu_perfect"])
+def test_walk_lfu(name):
     # 4 slots; touches in event order. s0: 0, 1, 6, 7 land (count 1 each; touched in that
     # order). s1: 0 hits (count 2); 5 misses: count-1 residents 1, 6, 7: 1 was touched first
     # and goes -> {0, 6, 7, 5}. s2: 2 misses: count-1 residents 6, 7 (s0), 5 (s1): 6 goes.
-    # 6 (count 2 now) misses: count-1 residents 7 (s0), 5 (s1), 2 (s2): 7 goes.
-    # s3: 0 hits (count 3); 7 (count 2) misses: count 1: 5 (s1), 2 (s2): 5 goes.
-    assert walk("lfu", STEPS, 4) == ([1, 6, 7, 5], (2, 8))
+    # 6 misses (count 1 in-cache, reset by its eviction; 2 for lfu_perfect): count-1
+    # residents 7 (s0), 5 (s1), 2 (s2): 7 goes. s3: 0 hits (count 3); 7 misses: count 1:
+    # 5 (s1), 2 (s2), 6 (s2, later): 5 goes. Both rules agree on this trace.
+    assert walk(name, STEPS, 4) == ([1, 6, 7, 5], (2, 8))
 
 
-def test_walk_lfu_counts_survive_eviction():
+def test_walk_lfu_counts_reset_on_eviction():
     # One layer, 2 slots, one token per step: keys A=0, B=1, C=2 in the order
     # A B A B C A C. s0, s1: A, B land (count 1 each). s2, s3: hits (2 each).
-    # s4: C (1) evicts A (count 2 like B, touched first). s5: A is back with count 3:
-    # victims B (2) or C (1): C goes. s6: C (count 2) evicts B (2, touched at s3), not A:
-    # A keeps its history (3). Were counts reset on eviction, A (1) would go here.
+    # s4: C (1) evicts A (count 2 like B, touched first; A's count resets to 0). s5: A is back
+    # with count 1: victims B (2) or C (1): C goes (reset). s6: C (count 1) evicts A (1,
+    # touched at s5) rather than B (2): A lost its history. (lfu_perfect evicts B here.)
     steps = [[[e]] for e in (0, 1, 0, 1, 2, 0, 2)]
-    assert walk("lfu", steps, 2, layers=1) == ([0, 2, 1], (2, 5))
+    assert walk("lfu", steps, 2, layers=1) == ([0, 2, 0], (2, 5))
+
+
+def test_walk_lfu_perfect_counts_survive_eviction():
+    # The same order A B A B C A C, 2 slots. s4: C (1) evicts A (count 2 like B, touched
+    # first). s5: A is back with count 3: victims B (2) or C (1): C goes. s6: C (count 2)
+    # evicts B (2, touched at s3), not A: A keeps its history (3). lfu (in-cache) evicts A.
+    steps = [[[e]] for e in (0, 1, 0, 1, 2, 0, 2)]
+    assert walk("lfu_perfect", steps, 2, layers=1) == ([0, 2, 1], (2, 5))
 
 
 def test_walk_lfru():
@@ -339,3 +349,30 @@ def test_every_pair_runs():
                 system.warmup(calib)
             hits, misses = hit_miss(engine.run().tables())
             assert hits + misses == n_access, (e, p)
+
+
+class _AnyFull:
+    """A full cache in which every key is evictable (choose_victim's candidates)."""
+
+    full = True
+
+    def __contains__(self, key):
+        return True
+
+    def first_of(self, order):
+        return next(iter(order))
+
+
+@pytest.mark.parametrize("name, victim", [("lfu", 1), ("lfu_perfect", 2)])
+def test_lfu_prefetched_copy_count(name, victim):
+    # One layer of 4 experts. Key 1 is accessed and loaded (count 1), then key 2 lands as a
+    # prefetch. lfu: the prefetch counts 1 like libCacheSim's insert and was touched later, so
+    # 1 goes. lfu_perfect: a never-accessed key has count 0 and goes first.
+    from types import SimpleNamespace
+
+    ev = evictor_class(name)()
+    ev.bind(SimpleNamespace(num_layers=1, num_experts=4, trace=None))
+    ev.on_access(None, 0, [1], 0.0)
+    ev.on_insert(1, True, 0.0)
+    ev.on_insert(2, False, 0.0)
+    assert ev.choose_victim(_AnyFull(), 3, True, 0.0) == victim

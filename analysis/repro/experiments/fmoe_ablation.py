@@ -19,7 +19,9 @@ variant fmoe_admission (systems/variants.py: the same with our admission rule).
 Claims (v1, Fig. 12; the EuroSys text read gives none), as hit rates compared through the
 miss rate (1 - hit rate, lower is better) paired by seed, every design step under LFU (the
 papers' steps vary the tracking with one cache; LFU is the zoo evictor nearest fMoE's
-p x freq rule, which only the fmoe system has):
+p x freq rule, which only the fmoe system has). LFU is the zoo's `lfu`, the in-cache LFU the
+paper's comparison means (libCacheSim's: a count restarts when the expert is re-inserted);
+until issue 29 item 7 these rows ran the counts-kept rule, now `lfu_perfect`:
   12a ordering  map T+S+delta above map T+S above map T (the hit rate rises as each of fMoE's
                 features is added)
   12a pairs     the full design (map T+S+delta) above every other step
@@ -107,7 +109,11 @@ def table(runs):
              "calibration requests.",
              "LRU is the zoo's global LRU. The cache (59 slots) is smaller than one token's "
              "64 expert uses (32 layers x top-2), so LRU evicts every expert before its layer "
-             "comes round again: only a prefetch that lands in time can hit."]
+             "comes round again: only a prefetch that lands in time can hit.",
+             "LFU is the zoo's in-cache lfu (a count restarts when the expert is re-inserted; "
+             "a prefetched copy lands with count 1). For the same reason no count outlives its "
+             "copy: without prefetch it hits as rarely as LRU; a prefetched copy that is used "
+             "reaches count 2 and outlasts the count-1 copies."]
     return tab, header, notes
 
 

@@ -1,6 +1,6 @@
 """fmoe_batch: fMoE's batch-size sweep, max_batch 1 to 4 (arXiv 2502.05370 v1 Fig. 14b,
 paper_numbers.md A2-v1; v2 = EuroSys'26, A2), fMoE against DeepSpeed-Inference
-(layer_offload), Mixtral-Offloading (lru), ProMoE (composed(lfu, promoe)) and MoE-Infinity
+(layer_offload), Mixtral-Offloading (lru), ProMoE (composed(lfu_perfect, promoe)) and MoE-Infinity
 on Mixtral-8x7B, one RTX 3090 at its own expert cache; conf/experiment/fmoe_batch.yaml. All
 12 requests arrive at t = 0, so every batch is full until the queue drains (continuous
 batching). The variants of MoE-Infinity and fMoE (systems/variants.py) run at every batch
@@ -61,7 +61,7 @@ def table(runs):
     tab = pd.DataFrame(rows)
     header = [f"# {PAPER}, SIMULATED", "", setting(runs, (
         "Every request arrives at t = 0 (continuous batching up to max_batch); the RTX 3090's "
-        "own expert cache; fMoE d = 3; ProMoE = composed(lfu, promoe). fmoe_tpot_speedup = "
+        "own expert cache; fMoE d = 3; ProMoE = composed(lfu_perfect, promoe). fmoe_tpot_speedup = "
         "the system's TPOT / fMoE's at the same batch (> 1: fMoE faster); tokens_per_s = "
         "generated tokens per second of the whole run; headroom = TPOT / compute floor; "
         "means over the seeds run (`seeds`)."))]

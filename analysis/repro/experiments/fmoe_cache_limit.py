@@ -1,7 +1,8 @@
 """fmoe_cache_limit: fMoE's expert-cache sweep (arXiv 2502.05370 v1 Fig. 11, paper_numbers.md
 A2-v1; v2 = EuroSys'26, A2): the GPU memory for experts swept over 6 / 12 / 24 / 48 / 96 GB, fMoE
 against DeepSpeed-Inference (layer_offload), Mixtral-Offloading (lru), ProMoE
-(composed(lfu, promoe), as in fmoe_overall) and MoE-Infinity; conf/experiment/fmoe_cache_limit.yaml.
+(composed(lfu_perfect, promoe), as in fmoe_overall) and MoE-Infinity;
+conf/experiment/fmoe_cache_limit.yaml.
 
 One model: Mixtral-8x7B on the RTX 3090, fmoe_overall's first model. fMoE runs at its
 default d = 3, which is the paper's value for Mixtral; the header reads d back from the runs.
@@ -105,7 +106,7 @@ def table(runs):
     fm = [r for (_, n), r in cells.items() if n == "fmoe"]
     d = config(fm[0]["_result"], "system.prefetch_distance") if fm else None
     header = [f"# {PAPER}, SIMULATED", "", setting(runs, (
-        f"Batch 1; fMoE prefetch distance d = {d}; ProMoE = composed(lfu, promoe). The RTX "
+        f"Batch 1; fMoE prefetch distance d = {d}; ProMoE = composed(lfu_perfect, promoe). The RTX "
         "3090's memory is lifted to 128 GiB so that 24 to 96 GiB caches fit (its link and "
         "compute unchanged). slots = Mixtral experts the cache holds (256 in all); "
         "fmoe_tpot_speedup = the system's TPOT / fMoE's at the same cache (> 1: fMoE faster); "

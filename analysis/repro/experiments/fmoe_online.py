@@ -5,7 +5,7 @@ latency CDF per system; conf/experiment/fmoe_online.yaml (its comments give the 
 paper leaves open).
 
 Systems as in fmoe_overall: layer_offload (DeepSpeed-Inference), lru (Mixtral-Offloading),
-ProMoE = composed(lfu, promoe), moe_infinity and fmoe (d = 3, the paper's for Mixtral), and
+ProMoE = composed(lfu_perfect, promoe), moe_infinity and fmoe (d = 3, the paper's for Mixtral), and
 beside them, never judged, their variants moe_infinity_hysteresis and fmoe_admission.
 Arrivals: the 2023 conversation trace from the shared data (azure_llm_traces, docs/serving.md)
 when present; otherwise, offline, a documented stand-in: Gamma gaps at 2.91 req/s with the

@@ -7,9 +7,13 @@ conf/experiment/fmoe_overall.yaml. Beside them, never as a baseline: fMoE's name
 `oracle` bound, each its own row.
 
 Systems: fMoE (and its variant) at the paper's prefetch distance per model (d = 3 / 6 / 4,
-A2). ProMoE is composed(lfu, promoe) (systems/prefetchers/promoe.py). ProMoE's own replacement
-rule was not in the text read; fMoE's v1 (brief 002, its cache-management paragraph, Sec. 4.4)
-says ProMoE, like MoE-Infinity, does not weigh recency, so its cache is a frequency rule: lfu.
+A2). ProMoE is composed(lfu_perfect, promoe) (systems/prefetchers/promoe.py). ProMoE's own
+replacement rule was not in the text read; fMoE's v1 (brief 002, its cache-management paragraph,
+Sec. 4.4) says ProMoE, like MoE-Infinity, does not weigh recency, so its cache is a frequency
+rule. The text does not say whether an expert's count restarts when it is re-inserted; the
+frequency of an expert that those systems rank by is the expert's own activation history, not
+its copy's, so ProMoE keeps the counts-kept rule it has always had here, lfu_perfect (named so
+when the zoo's `lfu` became the in-cache LFU of libCacheSim, issue 29 item 7).
 The prefetcher's knobs are modelling choices (promoe.py says which and why), never tuned on a
 measured seed.
 Prompts: the shared ShareGPT extract and, for LMSYS-Chat-1M (gated, not redistributable),
@@ -76,7 +80,7 @@ TTFT_CHANGE, TPOT_CHANGE, HIT_CHANGE = (CHANGES["eurosys"][k] for k in ("ttft", 
 COLUMNS = {"ttft": "ttft_mean_ms", "tpot": "tpot_mean_ms", "hit": "hit_rate"}
 HEADLINE_LATENCY = -0.47  # both versions' abstract
 HEADLINE_HIT = {"v1": 0.36, "eurosys": 0.39}
-PROMOE_EVICTOR = "lfu"
+PROMOE_EVICTOR = "lfu_perfect"
 SHAREGPT = ("sharegpt", "sharegpt_v3_sample.jsonl")
 ARENA = ("lmsys_chat_1m_SUBSTITUTE_arena_hard", "arena_hard_prompts.jsonl")
 DATASET_LABELS = {"sharegpt": "ShareGPT", "arena_hard": "LMSYS stand-in (Arena-Hard)",
