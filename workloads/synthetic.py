@@ -183,31 +183,21 @@ def _spec_table(model: ModelSpec, cfg: SyntheticConfig, memo: dict | None = None
                                 tuple(model.moe_layer_stacks), model.num_experts)
 
 
-def generate_trace(model: ModelSpec, cfg: SyntheticConfig) -> Trace:
-    """A valid synthetic routing trace for `model`: cfg.num_requests requests, or as many as
-    cfg.arrivals gives (request-level inputs: workloads/requests.py)."""
-    cfg, preset = resolve(cfg, model.name)  # unset score knobs: the model's preset, defaults
-    cfg.check()
-    plan = plan_requests(cfg, model)
-    L, E, k = model.num_moe_layers, model.num_experts, model.top_k
-    R = plan.num_requests
-    stacks = tuple(model.moe_layer_stacks)
-    memo = {}  # task preferences, shared with the spec-fit split
-    routed = _route(model, cfg, plan, with_probs=True, memo=memo)
-    linked = linked_layers(stacks)
-    spec = spec_guess.guess_rows(
-        routed["topk"], spec_guess.compact_row_layers(routed["block_counts"], L),
-        _spec_table(model, cfg, memo) if linked.any() else np.zeros((L, E, E), np.int32), linked,
-        cfg.spec_noise_nats, stream(cfg.seed, f"synthetic/{cfg.split}/spec-noise"))
-    if plan.embeddings is None:
-        centroids = unit_rows(embedding_centroids(cfg, plan.task_datasets, unit_rows(
-            numerics.standard_normal(stream(cfg.seed, "synthetic/task-centroids"),
-                                     (plan.num_tasks, cfg.embed_dim)))))
-        emb_rng = stream(cfg.seed, f"synthetic/{cfg.split}/embeddings")
-        emb = unit_rows(centroids[plan.task_index] + cfg.embed_noise * numerics.standard_normal(
-            emb_rng, (R, cfg.embed_dim)) / math.sqrt(cfg.embed_dim))
-    else:
-        emb = plan.embeddings
+def _embeddings(cfg: SyntheticConfig, plan) -> np.ndarray:
+    """The plan's prompt embeddings, else each request's task centroid plus request noise."""
+    if plan.embeddings is not None:
+        return plan.embeddings
+    centroids = unit_rows(embedding_centroids(cfg, plan.task_datasets, unit_rows(
+        numerics.standard_normal(stream(cfg.seed, "synthetic/task-centroids"),
+                                 (plan.num_tasks, cfg.embed_dim)))))
+    emb_rng = stream(cfg.seed, f"synthetic/{cfg.split}/embeddings")
+    return unit_rows(centroids[plan.task_index] + cfg.embed_noise * numerics.standard_normal(
+        emb_rng, (plan.num_requests, cfg.embed_dim)) / math.sqrt(cfg.embed_dim))
+
+
+def _generator_meta(cfg: SyntheticConfig, preset: str | None) -> dict:
+    """meta['generator']: the knobs, without those a default trace never had (so traces
+    made before a knob existed stay identical)."""
     # version 5: the token latent (workloads/token_latent.py); version 4: dataset and group
     # terms (workloads/structure.py); version 3: next-layer guesses from the past only
     # (workloads/spec_guess.py); version 2: portable arithmetic (core/numerics.py;
@@ -228,12 +218,32 @@ def generate_trace(model: ModelSpec, cfg: SyntheticConfig) -> Trace:
         del generator["cross_layer_corr"]
     if cfg.lengths == "fixed":  # length_source is not used
         del generator["length_source"]
+    generator["tasks"] = [[str(d), int(n)] for d, n in cfg.tasks]
+    return generator
+
+
+def generate_trace(model: ModelSpec, cfg: SyntheticConfig) -> Trace:
+    """A valid synthetic routing trace for `model`: cfg.num_requests requests, or as many as
+    cfg.arrivals gives (request-level inputs: workloads/requests.py)."""
+    cfg, preset = resolve(cfg, model.name)  # unset score knobs: the model's preset, defaults
+    cfg.check()
+    plan = plan_requests(cfg, model)
+    L, E, k = model.num_moe_layers, model.num_experts, model.top_k
+    R = plan.num_requests
+    stacks = tuple(model.moe_layer_stacks)
+    memo = {}  # task preferences, shared with the spec-fit split
+    routed = _route(model, cfg, plan, with_probs=True, memo=memo)
+    linked = linked_layers(stacks)
+    spec = spec_guess.guess_rows(
+        routed["topk"], spec_guess.compact_row_layers(routed["block_counts"], L),
+        _spec_table(model, cfg, memo) if linked.any() else np.zeros((L, E, E), np.int32), linked,
+        cfg.spec_noise_nats, stream(cfg.seed, f"synthetic/{cfg.split}/spec-noise"))
+    emb = _embeddings(cfg, plan)
     meta = {
         "num_moe_layers": L, "num_experts": E, "top_k": k, "moe_layer_stacks": list(stacks),
         "model": model.name, "synthetic": True, "routing_source": "synthetic",
-        "embedder": EMBEDDER, "generator": generator,
+        "embedder": EMBEDDER, "generator": _generator_meta(cfg, preset),
     }
-    meta["generator"]["tasks"] = [[str(d), int(n)] for d, n in cfg.tasks]
     meta.update(plan.meta)  # arrival, length, prompt, tokenizer and embedder provenance
     steps = routed["steps"]
     return Trace(
