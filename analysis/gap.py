@@ -55,14 +55,16 @@ def context(trace, capacity_slots: int, max_batch: int, expert_bytes: int = 1) -
                            if f not in trace.missing_fields()), trace=trace)
 
 
-def replay(seq, ctx: SystemContext, evictor: Evictor) -> int:
-    """Loads of `evictor` on `seq` (core.access.AccessSequence), demand only, from empty."""
-    evictor.bind(ctx)
-    cap, cache, loads = ctx.capacity_slots, set(), 0
+class _Replay:
+    """The cache of one replay: resident keys, the evictor that picks victims, loads so far."""
 
-    def load(key: int, pinned: set, now: float) -> bool:
-        nonlocal loads
-        full = len(cache) >= cap
+    def __init__(self, ctx: SystemContext, evictor: Evictor):
+        self.evictor, self.cap, self.cache, self.loads = evictor, ctx.capacity_slots, set(), 0
+
+    def load(self, key: int, pinned: set, now: float) -> bool:
+        """Fetch `key` (a victim from the evictor when full); False if the evictor refuses."""
+        cache, evictor = self.cache, self.evictor
+        full = len(cache) >= self.cap
         victim = evictor.choose_victim(_Candidates(cache, pinned, full), key, True, now)
         if victim is None:
             if full:
@@ -74,9 +76,48 @@ def replay(seq, ctx: SystemContext, evictor: Evictor) -> int:
             evictor.on_evict(victim, now)
         cache.add(key)
         evictor.on_insert(key, True, now)
-        loads += 1
+        self.loads += 1
         return True
 
+    def step(self, b: int, keys, now: float) -> None:
+        """One step: its resident keys pinned, the missing ones fetched in order; a refused
+        fetch waits, with the rest behind it, for the step's loaded experts to run."""
+        order = [k for k in keys if k in self.cache]
+        pinned = set(order)
+        deferred = []
+        for k in keys:
+            if k in pinned:
+                continue
+            if not deferred and self.load(k, pinned, now):
+                pinned.add(k)
+                order.append(k)
+            else:
+                deferred.append(k)
+        self._run(b, order, pinned, deferred, now)
+
+    def _run(self, b: int, order: list, pinned: set, deferred: list, now: float) -> None:
+        """Run the loaded experts in order, unpinning each and retrying the deferred fetches
+        after each, until every key of the step has run."""
+        i = 0
+        while i < len(order) or deferred:
+            if i < len(order):
+                pinned.discard(order[i])
+                i += 1
+            elif not deferred or not self.load(deferred[0], pinned, now):
+                raise RuntimeError(f"{self.evictor.name}: no victim at step {b} with every "
+                                   "loaded expert run")
+            else:
+                pinned.add(deferred[0])
+                order.append(deferred.pop(0))
+            while deferred and self.load(deferred[0], pinned, now):
+                pinned.add(deferred[0])
+                order.append(deferred.pop(0))
+
+
+def replay(seq, ctx: SystemContext, evictor: Evictor) -> int:
+    """Loads of `evictor` on `seq` (core.access.AccessSequence), demand only, from empty."""
+    evictor.bind(ctx)
+    cache = _Replay(ctx, evictor)
     last_it, info = -1, None
     for b, it, layer, keys in seq.blocks():
         if it != last_it:
@@ -85,32 +126,8 @@ def replay(seq, ctx: SystemContext, evictor: Evictor) -> int:
             info, last_it = IterationInfo(it, seq.iteration_kinds[it], (), float(b)), it
         now = float(b)
         evictor.on_access(info, layer, keys, now)
-        order = [k for k in keys if k in cache]
-        pinned = set(order)
-        deferred = []
-        for k in keys:
-            if k in pinned:
-                continue
-            if not deferred and load(k, pinned, now):
-                pinned.add(k)
-                order.append(k)
-            else:
-                deferred.append(k)
-        i = 0
-        while i < len(order) or deferred:
-            if i < len(order):
-                pinned.discard(order[i])
-                i += 1
-            elif not deferred or not load(deferred[0], pinned, now):
-                raise RuntimeError(f"{evictor.name}: no victim at step {b} with every "
-                                   "loaded expert run")
-            else:
-                pinned.add(deferred[0])
-                order.append(deferred.pop(0))
-            while deferred and load(deferred[0], pinned, now):
-                pinned.add(deferred[0])
-                order.append(deferred.pop(0))
-    return loads
+        cache.step(b, keys, now)
+    return cache.loads
 
 
 def decompose(seq, ctx: SystemContext, system_loads: int, make_evictor,

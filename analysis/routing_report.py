@@ -169,7 +169,7 @@ def select_prompts(ids: list, first: int, last: int) -> list[int]:
     return [i for i, n in enumerate(nums) if first <= n <= last]
 
 
-def main(argv: list[str]) -> int:
+def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="moebench characterize", description=__doc__.split("\n")[0])
     ap.add_argument("input", nargs="?", help="trace v1 .npz, or a .jsonl[.gz]/.csv recording")
     ap.add_argument("--model", help="conf/model name (raw recordings only)")
@@ -191,6 +191,11 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--shared-data", metavar="DIR",
                     help="with --calibration: the shared data folder (default "
                          "$MOEBENCH_SHARED_DATA, else ../shared/data beside the checkout)")
+    return ap
+
+
+def main(argv: list[str]) -> int:
+    ap = _parser()
     args = ap.parse_args(argv)
     if args.calibration:
         from analysis.routing_calibration import main as calibration_main
@@ -217,8 +222,19 @@ def main(argv: list[str]) -> int:
                       tr.tasks if tr is not None else None,
                       tr.datasets if tr is not None else None, args.seed)
     out = Path(args.out or Path("results") / "characterize" / Path(name).stem)
+    md, png = _write(out, name, st, extra, note, len(dec))
+    print(md)
+    print(f"wrote {out}/characterize.md, .json{', .png' if png else ''} in "
+          f"{time.perf_counter() - t0:.1f} s")
+    return 0
+
+
+def _write(out: Path, name: str, st: dict, extra: dict, note: str,
+           n_decode: int) -> tuple[str, bool]:
+    """characterize.md, .json and (with matplotlib) .png in `out`; (the markdown, whether
+    the PNG was written)."""
     out.mkdir(parents=True, exist_ok=True)
-    md = render(name, st, note) + render_structure(extra, len(dec))
+    md = render(name, st, note) + render_structure(extra, n_decode)
     png = write_png(out / "characterize.png", name, st)
     if not png:
         md += "\n(no PNG: matplotlib is not installed; pip install 'moe-offload-bench[plots]')\n"
@@ -228,7 +244,4 @@ def main(argv: list[str]) -> int:
     plain["reuse_distance_cdf"] = st.get("reuse_distance_cdf")
     plain["structure"] = extra
     write_json(out / "characterize.json", plain)
-    print(md)
-    print(f"wrote {out}/characterize.md, .json{', .png' if png else ''} in "
-          f"{time.perf_counter() - t0:.1f} s")
-    return 0
+    return md, png

@@ -171,6 +171,24 @@ def _stack_layers(spec: dict, stack: str, n: int, start_index: int, start_moe: i
 def model_spec_from_dict(data: dict, where: str = "model") -> ModelSpec:
     data = dict(data)
     _check_keys(where, data, _MODEL_REQUIRED, _MODEL_OPTIONAL)
+    _check_names(data, where)
+    _check_numbers(data, where)
+    enc = data.get("encoder_layers", 0)
+    if (data["architecture"] == "encoder_decoder") != (enc > 0):
+        raise SpecError(f"{where}.encoder_layers: must be > 0 exactly when architecture is "
+                        "encoder_decoder")
+    layers = _stack_layers(data, "encoder", enc, 0, 0)
+    n_enc_moe = sum(1 for layer in layers if layer.moe_index >= 0)
+    layers += _stack_layers(data, "decoder", data["num_layers"], enc, n_enc_moe)
+    if not any(layer.moe_index >= 0 for layer in layers):
+        raise SpecError(f"{where}.moe_first_layer: no layer is MoE")
+    values = {f.name: data.get(f.name, 0) for f in fields(ModelSpec) if f.name != "layers"}
+    values["encoder_layers"] = enc
+    return ModelSpec(**values, layers=tuple(layers))
+
+
+def _check_names(data: dict, where: str) -> None:
+    """The model's names, architecture and tie_embeddings flag."""
     for key in ("name", "display_name", "hf_id"):
         if not isinstance(data[key], str) or not data[key]:
             raise SpecError(f"{where}.{key}: expected a non-empty string")
@@ -179,6 +197,10 @@ def model_spec_from_dict(data: dict, where: str = "model") -> ModelSpec:
                         f"got {data['architecture']!r}")
     if not isinstance(data["tie_embeddings"], bool):
         raise SpecError(f"{where}.tie_embeddings: expected true/false")
+
+
+def _check_numbers(data: dict, where: str) -> None:
+    """The sizes and counts, checked and stored back into `data`, and how they relate."""
     ints = ["num_layers", "moe_every", "num_experts", "top_k", "hidden_size", "expert_ffn_size",
             "ffn_matrices", "attention_params_per_layer", "vocab_size",
             "kv_elems_per_token_per_layer"]
@@ -195,18 +217,6 @@ def model_spec_from_dict(data: dict, where: str = "model") -> ModelSpec:
         raise SpecError(f"{where}.top_k: {data['top_k']} exceeds num_experts {data['num_experts']}")
     if data["num_shared_experts"] and not data.get("shared_expert_ffn_size"):
         raise SpecError(f"{where}.shared_expert_ffn_size: required when num_shared_experts > 0")
-    enc = data.get("encoder_layers", 0)
-    if (data["architecture"] == "encoder_decoder") != (enc > 0):
-        raise SpecError(f"{where}.encoder_layers: must be > 0 exactly when architecture is "
-                        "encoder_decoder")
-    layers = _stack_layers(data, "encoder", enc, 0, 0)
-    n_enc_moe = sum(1 for layer in layers if layer.moe_index >= 0)
-    layers += _stack_layers(data, "decoder", data["num_layers"], enc, n_enc_moe)
-    if not any(layer.moe_index >= 0 for layer in layers):
-        raise SpecError(f"{where}.moe_first_layer: no layer is MoE")
-    values = {f.name: data.get(f.name, 0) for f in fields(ModelSpec) if f.name != "layers"}
-    values["encoder_layers"] = enc
-    return ModelSpec(**values, layers=tuple(layers))
 
 
 @dataclass(frozen=True)

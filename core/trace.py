@@ -11,29 +11,23 @@ rows block_offsets[b]:block_offsets[b+1] of the per-token arrays (one row per to
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 from dataclasses import dataclass, field, replace
 
 import numpy as np
 
 from core.atomic import atomic_path
-
-FORMAT_NAME = "moe-offload-bench-trace"
-FORMAT_VERSION = "1.0"
-OPTIONAL_FIELDS = ("weights", "probs", "spec_topk", "embeddings", "prompts")
-PROJECTABLE = ("weights", "probs", "spec_topk")  # the large per-token fields project() drops
-ARRAY_FIELDS = ("prompt_len", "output_len", "arrival_ms", "step_offsets", "block_offsets", "topk",
-           "weights", "probs", "spec_topk", "embeddings", "has_embedding")
-
-
-class TraceError(ValueError):
-    """A trace file or object is malformed; the message names file, request and field."""
-
-
-def id_dtype(num_experts: int) -> np.dtype:
-    """Smallest unsigned dtype holding expert ids and the sentinel id E."""
-    return np.dtype(np.uint8) if num_experts < 255 else np.dtype(np.uint16)
+from core.trace_file import read_trace_file
+from core.trace_format import (
+    ARRAY_FIELDS,
+    FORMAT_NAME,
+    FORMAT_VERSION,
+    PROJECTABLE,
+    TraceError,
+    canonical_json,
+    id_dtype,
+)
+from core.trace_rows import all_finite, first_repeat
 
 
 @dataclass
@@ -122,7 +116,7 @@ class Trace:
         """sha256 over the canonical meta, request table and every array (order fixed)."""
         if self._sha is None:
             h = hashlib.sha256()
-            h.update(_canonical_json(self._header(with_sha=False)).encode())
+            h.update(canonical_json(self._header(with_sha=False)).encode())
             for name in ARRAY_FIELDS:
                 arr = getattr(self, name)
                 if arr is not None:
@@ -148,10 +142,6 @@ class Trace:
         return self
 
 
-def _canonical_json(obj) -> str:
-    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
-
-
 def _fail(tr: Trace, msg: str, request: int | None = None) -> TraceError:
     who = ""
     if request is not None and 0 <= request < len(tr.request_ids):
@@ -168,6 +158,17 @@ def _locate_row(tr: Trace, row: int) -> tuple[int, int, int]:
 
 
 def validate(tr: Trace) -> None:
+    """Every field against the format; the first problem raises a TraceError."""
+    _check_meta(tr)
+    _check_types(tr)
+    _check_requests(tr)
+    S = _check_offsets(tr)
+    _check_routing(tr, S)
+    _check_embeddings(tr)
+
+
+def _check_meta(tr: Trace) -> None:
+    """The model's shape in meta, and the types of the optional meta keys."""
     for key in ("num_moe_layers", "num_experts", "top_k"):
         value = tr.meta.get(key)
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
@@ -176,18 +177,20 @@ def validate(tr: Trace) -> None:
     if not isinstance(stacks, (list, tuple)) or not all(s in ("encoder", "decoder")
                                                         for s in stacks):
         raise _fail(tr, "field 'meta.moe_layer_stacks': expected a list of 'encoder'/'decoder'")
-    meta, L, E, k = tr.meta, tr.num_layers, tr.num_experts, tr.top_k
     for key, kind in _META_TYPES:
-        if meta.get(key) is not None and not isinstance(meta[key], kind):
-            raise _fail(tr, f"field 'meta.{key}': expected a {kind.__name__}, got {meta[key]!r}")
-    _check_types(tr)
-    R = len(tr.request_ids)
+        if tr.meta.get(key) is not None and not isinstance(tr.meta[key], kind):
+            raise _fail(tr, f"field 'meta.{key}': expected a {kind.__name__}, got {tr.meta[key]!r}")
+
+
+def _check_requests(tr: Trace) -> None:
+    """The request table: one entry per request, unique ids, lengths >= 1, arrivals."""
+    R, L = len(tr.request_ids), tr.num_layers
     for name in ("datasets", "tasks"):
         if len(getattr(tr, name)) != R:
             raise _fail(tr, f"field '{name}': {len(getattr(tr, name))} entries for {R} requests")
     if len(set(tr.request_ids)) != R:
         raise _fail(tr, "field 'request_ids': ids are not unique")
-    if len(meta.get("moe_layer_stacks", [])) != L:
+    if len(tr.meta.get("moe_layer_stacks", [])) != L:
         raise _fail(tr, f"field 'meta.moe_layer_stacks': expected {L} entries")
     for name in ("prompt_len", "output_len", "arrival_ms"):
         arr = getattr(tr, name)
@@ -199,6 +202,12 @@ def validate(tr: Trace) -> None:
     bad = np.flatnonzero(~np.isfinite(tr.arrival_ms) | (tr.arrival_ms < 0))
     if bad.size:
         raise _fail(tr, "field 'arrival_ms': must be finite and >= 0", int(bad[0]))
+
+
+def _check_offsets(tr: Trace) -> int:
+    """Step and block offsets against the lengths and the layer stacks; returns S, the
+    number of global steps."""
+    R, L = len(tr.request_ids), tr.num_layers
     expect_steps = np.concatenate([[0], np.cumsum(tr.output_len, dtype=np.int64)])
     if tr.step_offsets.shape != (R + 1,) or not np.array_equal(tr.step_offsets, expect_steps):
         raise _fail(tr, "field 'step_offsets': must be the cumulative output lengths")
@@ -215,17 +224,22 @@ def validate(tr: Trace) -> None:
         lay = int(np.flatnonzero(counts[g] != expected[g])[0])
         raise _fail(tr, f"field 'topk': step {g - int(tr.step_offsets[r])} layer {lay} has "
                         f"{counts[g, lay]} tokens, expected {expected[g, lay]}", r)
-    N = int(tr.block_offsets[-1])
+    return S
+
+
+def _check_routing(tr: Trace, S: int) -> None:
+    """The per-token arrays (topk, weights, spec_topk) and the per-block probs."""
+    N, L, E, k = int(tr.block_offsets[-1]), tr.num_layers, tr.num_experts, tr.top_k
     if tr.topk.ndim != 2 or tr.topk.shape != (N, k):
         raise _fail(tr, f"field 'topk': shape {tr.topk.shape}, expected ({N}, {k})")
     _check_ids(tr, tr.topk, "topk", E, sentinel_ok=False)
-    dup = _first_repeat(tr.topk)
+    dup = first_repeat(tr.topk, _CHECK_ROWS)
     if dup is not None:
         r, s, lay = _locate_row(tr, dup)
         raise _fail(tr, f"field 'topk': step {s} layer {lay}: repeated expert id in a "
                         "token's top-k", r)
     if tr.weights is not None:
-        if tr.weights.shape != (N, k) or not _all_finite(tr.weights, nonneg=False):
+        if tr.weights.shape != (N, k) or not all_finite(tr.weights, False, _CHECK_ROWS):
             raise _fail(tr, f"field 'weights': shape {tr.weights.shape} (expected ({N}, {k})) "
                             "or non-finite values")
     if tr.spec_topk is not None:
@@ -234,9 +248,14 @@ def validate(tr: Trace) -> None:
                             f"expected ({N}, {k})")
         _check_ids(tr, tr.spec_topk, "spec_topk", E, sentinel_ok=True)
     if tr.probs is not None:
-        if tr.probs.shape != (S * L, E) or not _all_finite(tr.probs, nonneg=True):
+        if tr.probs.shape != (S * L, E) or not all_finite(tr.probs, True, _CHECK_ROWS):
             raise _fail(tr, f"field 'probs': shape {tr.probs.shape} (expected ({S * L}, {E})) "
                             "or values not finite and >= 0")
+
+
+def _check_embeddings(tr: Trace) -> None:
+    """Embeddings with their mask and embedder name, and the prompt texts."""
+    R = len(tr.request_ids)
     if tr.embeddings is not None:
         if tr.embeddings.ndim != 2 or tr.embeddings.shape[0] != R:
             raise _fail(tr, f"field 'embeddings': shape {tr.embeddings.shape}, expected ({R}, D)")
@@ -245,7 +264,7 @@ def validate(tr: Trace) -> None:
         bad = np.flatnonzero(~np.isfinite(tr.embeddings).all(axis=1))
         if bad.size:  # NaN would silently change every cosine that fmoe matches with
             raise _fail(tr, "field 'embeddings': values must be finite", int(bad[0]))
-        if not meta.get("embedder"):
+        if not tr.meta.get("embedder"):
             raise _fail(tr, "field 'meta.embedder': required when embeddings are present")
     if tr.prompts is not None and len(tr.prompts) != R:
         raise _fail(tr, f"field 'prompts': {len(tr.prompts)} entries for {R} requests")
@@ -258,6 +277,7 @@ _DTYPES = (("prompt_len", "iu"), ("output_len", "iu"), ("arrival_ms", "fiu"),
            ("step_offsets", "iu"), ("block_offsets", "iu"), ("weights", "f"), ("probs", "f"),
            ("embeddings", "f"), ("has_embedding", "b"))
 _KIND_NAMES = {"iu": "integers", "fiu": "numbers", "f": "floats", "b": "bools"}
+_CHECK_ROWS = 1 << 16  # rows per pass of core/trace_rows.py: small temporaries, in cache
 
 
 def _check_types(tr: Trace) -> None:
@@ -278,33 +298,6 @@ def _check_types(tr: Trace) -> None:
         if arr is not None and (not isinstance(arr, np.ndarray) or arr.dtype.kind not in kinds):
             raise _fail(tr, f"field '{name}': dtype {getattr(arr, 'dtype', type(arr).__name__)}, "
                             f"expected {_KIND_NAMES[kinds]}")
-
-
-_CHECK_ROWS = 1 << 16  # rows per pass of the checks below: small temporaries, in cache
-
-
-def _first_repeat(topk: np.ndarray) -> int | None:
-    """First row of topk [N, k] holding an id twice, or None: column pairs compared over row
-    blocks transposed to [k, rows] (no sort, no [N, k] temporaries)."""
-    for r0 in range(0, len(topk), _CHECK_ROWS):
-        cols = np.ascontiguousarray(topk[r0:r0 + _CHECK_ROWS].T)  # [k, rows]
-        dup = np.zeros(cols.shape[1], bool)
-        for i in range(len(cols)):
-            for j in range(i):
-                dup |= cols[i] == cols[j]
-        if dup.any():
-            return r0 + int(np.argmax(dup))
-    return None
-
-
-def _all_finite(arr: np.ndarray, nonneg: bool) -> bool:
-    """All values finite (and, with nonneg, none < 0), over row blocks. float16 bits below
-    0x7C00 (sign clear, exponent not all ones) are finite and >= 0: one max() decides."""
-    if not arr.size or (arr.dtype == np.float16 and int(arr.view(np.uint16).max()) < 0x7C00):
-        return True
-    flat = arr.reshape(len(arr), -1) if arr.ndim else arr.reshape(1)
-    blocks = (flat[r0:r0 + _CHECK_ROWS] for r0 in range(0, len(flat), _CHECK_ROWS))
-    return all(np.isfinite(b).all() and not (nonneg and (b < 0).any()) for b in blocks)
 
 
 def _expected_counts(tr: Trace, S: int) -> np.ndarray:
@@ -356,7 +349,7 @@ def trace_from_routing(meta: dict, requests: list[dict], source: str = "<memory>
                 offsets.append(offsets[-1] + len(arr))
     out_len = np.array([r["output_len"] for r in requests], dtype=np.int32)
     prompts = [r.get("prompt") for r in requests]
-    tr = Trace(
+    return Trace(
         meta=dict(meta), request_ids=[r["id"] for r in requests],
         datasets=[r.get("dataset", "") for r in requests],
         tasks=[r.get("task", "") for r in requests],
@@ -367,8 +360,8 @@ def trace_from_routing(meta: dict, requests: list[dict], source: str = "<memory>
         block_offsets=np.array(offsets, dtype=np.int64),
         topk=(np.concatenate(rows) if rows else np.zeros((0, int(meta["top_k"])))).astype(
             id_dtype(E)),
-        prompts=prompts if any(p is not None for p in prompts) else None, source=source)
-    return tr.validate()
+        prompts=prompts if any(p is not None for p in prompts) else None, source=source,
+    ).validate()
 
 
 # ---- file I/O ---------------------------------------------------------------------------
@@ -383,7 +376,7 @@ def write_trace(tr: Trace, path: str | os.PathLike, compress: bool = True) -> st
     tr.validate()
     tr._sha = None  # arrays may have been edited since the checksum was last computed
     arrays = {name: getattr(tr, name) for name in ARRAY_FIELDS if getattr(tr, name) is not None}
-    header = _canonical_json(tr._header(with_sha=True)).encode()
+    header = canonical_json(tr._header(with_sha=True)).encode()
     arrays["header_json"] = np.frombuffer(header, dtype=np.uint8)
     with atomic_path(path) as tmp, open(tmp, "wb") as fh:
         (np.savez_compressed if compress else np.savez)(fh, **arrays)
@@ -391,8 +384,14 @@ def write_trace(tr: Trace, path: str | os.PathLike, compress: bool = True) -> st
 
 
 def read_trace(path: str | os.PathLike) -> Trace:
-    """Read, check version and checksum, validate (core/trace_file.py: bounded sizes,
-    known members only, header types). Errors name the file."""
-    from core.trace_file import read_trace_file  # it builds on this module's Trace
-
-    return read_trace_file(path)
+    """Read (core/trace_file.py: bounded sizes, known members only, header types, version),
+    validate, check the checksum. Errors name the file."""
+    meta, reqs, arrays = read_trace_file(path)
+    name = os.path.basename(os.fspath(path))
+    tr = Trace(meta=meta, request_ids=list(reqs["id"]), datasets=list(reqs["dataset"]),
+               tasks=list(reqs["task"]), prompts=reqs.get("prompt"), source=name, **arrays)
+    tr.validate()
+    if meta["content_sha256"] != tr.content_sha256():
+        raise TraceError(f"{name}: field 'meta.content_sha256' does not match the content "
+                         "(file corrupted or edited)")
+    return tr

@@ -13,8 +13,9 @@ zero-filled member inflates to 20 GiB. Here:
 - the header's JSON types are checked (meta and requests are objects, the request table's
   columns lists) before anything else reads it.
 
-Then `validate` and the checksum, as for any trace. Every error is a TraceError naming the
-file and the field.
+read_trace_file hands back the header and the arrays; core/trace.py's read_trace builds the
+Trace from them, then `validate` and the checksum, as for any trace. Every error is a
+TraceError naming the file and the field.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ import zlib
 
 import numpy as np
 
-from core.trace import ARRAY_FIELDS, FORMAT_NAME, FORMAT_VERSION, Trace, TraceError
+from core.trace_format import ARRAY_FIELDS, FORMAT_NAME, FORMAT_VERSION, TraceError
 
 # The synthetic Table 1 trace with every field inflates 1.3x; Switch's top-1 weights (all
 # 1.0) 580x but are small. A whole file stays far below 32x; 64 MiB covers small files.
@@ -53,7 +54,7 @@ class _Members:
                 self.info[field] = info
 
     def _error(self, field: str, msg: str) -> TraceError:
-        return TraceError(f"{self.name}: field '{field}': {msg}")
+        return _bad(self.name, field, msg)
 
     def read(self, field: str) -> np.ndarray | None:
         info = self.info.get(field)
@@ -121,14 +122,36 @@ class _Members:
         return arr.reshape(shape, order="F" if fortran else "C")
 
 
+def _bad(name: str, field: str, msg: str) -> TraceError:
+    return TraceError(f"{name}: field '{field}': {msg}")
+
+
 def _header(raw: np.ndarray, name: str) -> tuple[dict, dict]:
     """(meta, requests) of header_json, their JSON types checked."""
-    def bad(field: str, msg: str) -> TraceError:
-        return TraceError(f"{name}: field '{field}': {msg}")
+    head = _header_json(raw, name)
+    for key in ("meta", "requests"):
+        if not isinstance(head.get(key), dict):
+            raise _bad(name, key, f"expected a JSON object, got {type(head.get(key)).__name__}")
+    reqs = head["requests"]
+    for key in ("id", "dataset", "task"):
+        if key not in reqs:
+            raise TraceError(f"{name}: field 'requests.{key}' missing")
+    for key in ("id", "dataset", "task", "prompt"):
+        col = reqs.get(key)
+        if not isinstance(col, list) and not (key == "prompt" and col is None):
+            raise _bad(name, f"requests.{key}", f"expected a list, got {type(col).__name__}")
+    meta = head["meta"]
+    for key in ("format", "version", "content_sha256"):
+        if not isinstance(meta.get(key), str):
+            raise _bad(name, f"meta.{key}", f"expected a string, got {meta.get(key)!r}")
+    return meta, reqs
 
+
+def _header_json(raw: np.ndarray, name: str) -> dict:
+    """header_json parsed: a JSON object from UTF-8 bytes."""
     if raw.dtype != np.uint8 or raw.ndim != 1:
-        raise bad("header_json", f"expected uint8 [n] (UTF-8 JSON), got {raw.dtype} "
-                                 f"{raw.shape}")
+        raise _bad(name, "header_json", f"expected uint8 [n] (UTF-8 JSON), got {raw.dtype} "
+                                        f"{raw.shape}")
     try:
         head = json.loads(raw.tobytes().decode())
     except ValueError as exc:  # also UnicodeDecodeError
@@ -137,23 +160,8 @@ def _header(raw: np.ndarray, name: str) -> tuple[dict, dict]:
         raise TraceError(f"{name}: field 'header_json' nests deeper than this reader "
                          "follows (not a trace v1 header)") from None
     if not isinstance(head, dict):
-        raise bad("header_json", f"expected a JSON object, got {type(head).__name__}")
-    for key in ("meta", "requests"):
-        if not isinstance(head.get(key), dict):
-            raise bad(key, f"expected a JSON object, got {type(head.get(key)).__name__}")
-    reqs = head["requests"]
-    for key in ("id", "dataset", "task"):
-        if key not in reqs:
-            raise TraceError(f"{name}: field 'requests.{key}' missing")
-    for key in ("id", "dataset", "task", "prompt"):
-        col = reqs.get(key)
-        if not isinstance(col, list) and not (key == "prompt" and col is None):
-            raise bad(f"requests.{key}", f"expected a list, got {type(col).__name__}")
-    meta = head["meta"]
-    for key in ("format", "version", "content_sha256"):
-        if not isinstance(meta.get(key), str):
-            raise bad(f"meta.{key}", f"expected a string, got {meta.get(key)!r}")
-    return meta, reqs
+        raise _bad(name, "header_json", f"expected a JSON object, got {type(head).__name__}")
+    return head
 
 
 def declared_arrays(path: str | os.PathLike) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
@@ -178,8 +186,9 @@ def _budget_bytes(fh) -> int:
     return READ_FLOOR_BYTES + READ_EXPANSION * os.fstat(fh.fileno()).st_size
 
 
-def read_trace_file(path: str | os.PathLike) -> Trace:
-    """Read, check version and checksum, validate. Errors name the file."""
+def read_trace_file(path: str | os.PathLike) -> tuple[dict, dict, dict]:
+    """(meta, requests, {array: values}) of a trace file, its format and version checked;
+    core/trace.py's read_trace validates them and the checksum. Errors name the file."""
     path = os.fspath(path)
     name = os.path.basename(path)
     try:
@@ -203,10 +212,4 @@ def read_trace_file(path: str | os.PathLike) -> Trace:
         raise
     except _UNREADABLE as exc:
         raise TraceError(f"{name}: not a readable trace file ({exc})") from exc
-    tr = Trace(meta=meta, request_ids=list(reqs["id"]), datasets=list(reqs["dataset"]),
-               tasks=list(reqs["task"]), prompts=reqs.get("prompt"), source=name, **arrays)
-    tr.validate()
-    if meta["content_sha256"] != tr.content_sha256():
-        raise TraceError(f"{name}: field 'meta.content_sha256' does not match the content "
-                         "(file corrupted or edited)")
-    return tr
+    return meta, reqs, arrays

@@ -139,3 +139,23 @@ def prompt_field(rec: dict, where: str) -> str | None:
         raise RoutingImportError(f"{where}: field 'prompt': expected a string or null, got "
                                  f"{type(prompt).__name__}")
     return prompt
+
+
+def record_fields(rec: dict, where: str, k: int | None, num_experts: int | None) -> tuple:
+    """(request id, layer, position, expert ids, weights or None) of one `records` line, its
+    ids k wide (k None: the first record, whose width sets it)."""
+    rid = pick(rec, "request", where, required=False)
+    rid = "0" if rid in (None, "") else str(rid)
+    layer = integer_field(pick(rec, "layer", where), where, "layer")
+    pos = integer_field(pick(rec, "position", where), where, "position")
+    if pos < 0:
+        raise RoutingImportError(f"{where}: field 'position': {pos} < 0")
+    experts = expert_ids(pick(rec, "experts", where), where, num_experts)
+    k = len(experts) if k is None else k
+    if len(experts) != k or k == 0:
+        raise RoutingImportError(f"{where}: field 'experts': {len(experts)} ids, expected {k}")
+    w = pick(rec, "weights", where, required=False)
+    w = weight_list(w, where) if w not in (None, "") else None
+    if w is not None and len(w) != k:
+        raise RoutingImportError(f"{where}: field 'weights': {len(w)} values, expected {k}")
+    return rid, layer, pos, experts, w

@@ -41,12 +41,10 @@ import numpy as np
 from core.trace import Trace, TraceError, id_dtype
 from workloads.import_fields import (
     RoutingImportError,
-    expert_ids,
-    integer_field,
     nested_ids,
     pick,
     prompt_field,
-    weight_list,
+    record_fields,
 )
 
 GAPS = ("error", "drop")  # what to do with a (layer, position) that has no record
@@ -169,20 +167,8 @@ def _records(path: Path, records, duplicates: str,
     weighted = None  # (line, has weights) of the first kept record: all records alike
     for line, rec in records:
         where = f"{path.name}:{line}"
-        rid = pick(rec, "request", where, required=False)
-        rid = "0" if rid in (None, "") else str(rid)
-        layer = integer_field(pick(rec, "layer", where), where, "layer")
-        pos = integer_field(pick(rec, "position", where), where, "position")
-        if pos < 0:
-            raise RoutingImportError(f"{where}: field 'position': {pos} < 0")
-        experts = expert_ids(pick(rec, "experts", where), where, num_experts)
-        k = len(experts) if k is None else k
-        if len(experts) != k or k == 0:
-            raise RoutingImportError(f"{where}: field 'experts': {len(experts)} ids, expected {k}")
-        w = pick(rec, "weights", where, required=False)
-        w = weight_list(w, where) if w not in (None, "") else None
-        if w is not None and len(w) != k:
-            raise RoutingImportError(f"{where}: field 'weights': {len(w)} values, expected {k}")
+        rid, layer, pos, experts, w = record_fields(rec, where, k, num_experts)
+        k = len(experts)
         req = table.setdefault(rid, {"tokens": {}, "prompt": prompt_field(rec, where),
                                      "last": (-1, line)})  # (largest position, its line)
         key = (layer, pos)
@@ -192,30 +178,36 @@ def _records(path: Path, records, duplicates: str,
                                    "appears twice (use duplicates='first' to keep the first)")
             continue
         weighted = weighted or (line, w is not None)
-        if (w is not None) != weighted[1]:  # a trace stores weights for every row or none
-            raise RoutingImportError(
-                f"{where}: field 'weights' {'given' if w is not None else 'missing'}, but line "
-                f"{weighted[0]} has {'none' if w is not None else 'them'} (give weights on "
-                "every record or on none)")
+        _check_weighted(where, w, weighted)
         req["tokens"][key] = (experts, w)
         req["last"] = max(req["last"], (pos, line))
         layers.add(layer)
     layer_index = {lay: i for i, lay in enumerate(sorted(layers))}
     for rid, req in table.items():  # every request's arrays bounded before any is allocated
         _check_cells(path, rid, req, len(layer_index))
-    out = []
-    for rid, req in table.items():
-        T = 1 + req["last"][0]
-        ids = np.full((len(layer_index), T, k), -1, np.int64)
-        wts = np.full((len(layer_index), T, k), np.nan, np.float32)
-        for (layer, pos), (experts, w) in req["tokens"].items():
-            ids[layer_index[layer], pos] = experts
-            if w is not None:
-                wts[layer_index[layer], pos] = w
-        has_w = not np.isnan(wts).all()
-        out.append(RoutedRequest(id=rid, ids=ids, weights=wts if has_w else None,
-                                 prompt=req["prompt"]))
-    return out
+    return [_routed(rid, req, layer_index, k) for rid, req in table.items()]
+
+
+def _check_weighted(where: str, w: list | None, weighted: tuple[int, bool]) -> None:
+    """A trace stores weights for every row or none: as the first kept record does."""
+    if (w is not None) != weighted[1]:
+        raise RoutingImportError(
+            f"{where}: field 'weights' {'given' if w is not None else 'missing'}, but line "
+            f"{weighted[0]} has {'none' if w is not None else 'them'} (give weights on "
+            "every record or on none)")
+
+
+def _routed(rid: str, req: dict, layer_index: dict[int, int], k: int) -> RoutedRequest:
+    """One request's dense [L, T, k] ids and weights from its (layer, position) records."""
+    T = 1 + req["last"][0]
+    ids = np.full((len(layer_index), T, k), -1, np.int64)
+    wts = np.full((len(layer_index), T, k), np.nan, np.float32)
+    for (layer, pos), (experts, w) in req["tokens"].items():
+        ids[layer_index[layer], pos] = experts
+        if w is not None:
+            wts[layer_index[layer], pos] = w
+    has_w = not np.isnan(wts).all()
+    return RoutedRequest(id=rid, ids=ids, weights=wts if has_w else None, prompt=req["prompt"])
 
 
 def _check_cells(path: Path, rid: str, req: dict, num_layers: int) -> None:
@@ -243,44 +235,19 @@ def to_trace(requests: list[RoutedRequest], shape: dict, source: str, decode_tok
         raise ValueError("decode_tokens: must be >= 0")
     prompt_len, output_len, rows, wrows, blocks, dropped = [], [], [], [], [], 0
     for req in requests:
-        where = f"{source}: request {req.id!r}"
-        if req.ids.shape[0] != L or req.ids.shape[2] != k:
-            raise TraceError(f"{where}: {req.ids.shape[0]} layers of top-{req.ids.shape[2]}; "
-                             f"the model needs {L} MoE layers of top-{k}")
-        ok = (req.ids >= 0).all(axis=(0, 2))  # [T] positions recorded at every layer
-        if not ok.all():
-            if gaps == "error":
-                lay, pos = np.argwhere((req.ids < 0).any(axis=2))[0]
-                raise TraceError(f"{where}: no record for layer {lay} position {pos} "
-                                 f"({int((~ok).sum())} positions incomplete; gaps='drop' "
-                                 "removes them)")
-            dropped += int((~ok).sum())
-        ids = req.ids[:, ok]  # [L, T, k]
-        bad = (ids >= E).any(axis=(0, 2))
-        if bad.any():
-            raise TraceError(f"{where}: expert id {int(ids.max())} >= num_experts {E}")
-        if (np.diff(np.sort(ids, axis=2), axis=2) == 0).any():
-            raise TraceError(f"{where}: a token repeats an expert id in its top-{k}")
+        ids, ok = _complete_positions(req, f"{source}: request {req.id!r}", (L, E, k), gaps)
+        dropped += int((~ok).sum())
         T = ids.shape[1]
-        if T == 0:
-            raise TraceError(f"{where}: no complete token positions")
         n = min(decode_tokens, T - 1)
         prompt_len.append(T - n)
         output_len.append(n + 1)
         w = None if req.weights is None else req.weights[:, ok]
         # step 0: the first T - n tokens at each layer; then one token per step and layer
-        spans = [(0, T - n)] + [(t, t + 1) for t in range(T - n, T)]
-        for a, b in spans:
-            for layer in range(L):
-                rows.append(ids[layer, a:b])
-                blocks.append(b - a)
-                if w is not None:
-                    wrows.append(w[layer, a:b])
-    with_w = [r.weights is not None for r in requests]
-    if any(with_w) and (not all(with_w) or _weights_incomplete(requests)):
-        raise TraceError(f"{source}: field 'weights': some recorded tokens have weights and "
-                         "some do not; a trace stores them for every token or for none")
-    has_w = bool(requests) and all(with_w)
+        for a, b in [(0, T - n)] + [(t, t + 1) for t in range(T - n, T)]:
+            rows.extend(ids[:, a:b])
+            blocks.extend([b - a] * L)
+            wrows.extend(w[:, a:b] if w is not None else ())
+    has_w = _has_weights(requests, source)
     meta = {"num_moe_layers": L, "num_experts": E, "top_k": k,
             "moe_layer_stacks": ["decoder"] * L, "synthetic": False,
             "routing_source": f"imported:{source}",
@@ -291,17 +258,52 @@ def to_trace(requests: list[RoutedRequest], shape: dict, source: str, decode_tok
         meta["model"] = shape["model"]
     out_len = np.array(output_len, np.int32)
     prompts = [r.prompt for r in requests]
-    tr = Trace(meta=meta, request_ids=[r.id for r in requests],
-               datasets=["imported"] * len(requests), tasks=[source] * len(requests),
-               prompt_len=np.array(prompt_len, np.int32), output_len=out_len,
-               arrival_ms=np.zeros(len(requests)),
-               step_offsets=np.concatenate([[0], np.cumsum(out_len, dtype=np.int64)]),
-               block_offsets=np.concatenate([[0], np.cumsum(blocks, dtype=np.int64)]),
-               topk=np.concatenate(rows).astype(id_dtype(E)),
-               weights=np.concatenate(wrows).astype(np.float16) if has_w else None,
-               prompts=prompts if any(p is not None for p in prompts) else None,
-               source=source)
-    return tr.validate()
+    return Trace(meta=meta, request_ids=[r.id for r in requests],
+                 datasets=["imported"] * len(requests), tasks=[source] * len(requests),
+                 prompt_len=np.array(prompt_len, np.int32), output_len=out_len,
+                 arrival_ms=np.zeros(len(requests)),
+                 step_offsets=np.concatenate([[0], np.cumsum(out_len, dtype=np.int64)]),
+                 block_offsets=np.concatenate([[0], np.cumsum(blocks, dtype=np.int64)]),
+                 topk=np.concatenate(rows).astype(id_dtype(E)),
+                 weights=np.concatenate(wrows).astype(np.float16) if has_w else None,
+                 prompts=prompts if any(p is not None for p in prompts) else None,
+                 source=source).validate()
+
+
+def _complete_positions(req: RoutedRequest, where: str, shape: tuple[int, int, int],
+                        gaps: str) -> tuple[np.ndarray, np.ndarray]:
+    """(ids [L, T, k] of the positions recorded at every layer, bool [T] of those kept) of
+    one request, checked against the model's shape; an incomplete position is an error
+    unless gaps='drop'."""
+    L, E, k = shape
+    if req.ids.shape[0] != L or req.ids.shape[2] != k:
+        raise TraceError(f"{where}: {req.ids.shape[0]} layers of top-{req.ids.shape[2]}; "
+                         f"the model needs {L} MoE layers of top-{k}")
+    ok = (req.ids >= 0).all(axis=(0, 2))  # [T] positions recorded at every layer
+    if not ok.all() and gaps == "error":
+        lay, pos = np.argwhere((req.ids < 0).any(axis=2))[0]
+        raise TraceError(f"{where}: no record for layer {lay} position {pos} "
+                         f"({int((~ok).sum())} positions incomplete; gaps='drop' "
+                         "removes them)")
+    ids = req.ids[:, ok]  # [L, T, k]
+    bad = (ids >= E).any(axis=(0, 2))
+    if bad.any():
+        raise TraceError(f"{where}: expert id {int(ids.max())} >= num_experts {E}")
+    if (np.diff(np.sort(ids, axis=2), axis=2) == 0).any():
+        raise TraceError(f"{where}: a token repeats an expert id in its top-{k}")
+    if ids.shape[1] == 0:
+        raise TraceError(f"{where}: no complete token positions")
+    return ids, ok
+
+
+def _has_weights(requests: list[RoutedRequest], source: str) -> bool:
+    """Whether the trace stores weights: all requests have them for every recorded token,
+    or none has any; anything between is an error."""
+    with_w = [r.weights is not None for r in requests]
+    if any(with_w) and (not all(with_w) or _weights_incomplete(requests)):
+        raise TraceError(f"{source}: field 'weights': some recorded tokens have weights and "
+                         "some do not; a trace stores them for every token or for none")
+    return bool(requests) and all(with_w)
 
 
 def _weights_incomplete(requests: list[RoutedRequest]) -> bool:

@@ -46,7 +46,7 @@ from core.numerics import on_grid, standard_normal
 from core.rng import stream
 from workloads.arrivals import ArrivalError, make_arrivals
 from workloads.lengths import request_lengths
-from workloads.synthetic import SyntheticConfig
+from workloads.synthetic_config import SyntheticConfig
 from workloads.tasks import dataset_task_order, prompts_in_blocks, task_blocks
 
 PROMPT_KEYS = {"dataset", "path", "tasks", "per_task", "num", "coupling", "lengths", "tokenizer",

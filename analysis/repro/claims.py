@@ -10,16 +10,16 @@ verdict and reason come from analysis/repro/verdict.py. A row of the report is
 
 An experiment that emits an id the inventory does not list, or lists under another
 experiment, is an error: the inventory and the experiments must say the same thing.
-analysis/repro/claims_table.py renders the rows.
+analysis/repro/claims_table.py defines the rows (Line) and renders them.
 """
 
 from __future__ import annotations
 
 import math
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 
+from analysis.repro.claims_table import NOT_RUN, Line, render
 from analysis.repro.inventory import Claim, InventoryError, load
 from analysis.repro.layout import experiment_frame
 from analysis.repro.real import real_size
@@ -28,20 +28,9 @@ from analysis.repro.verdict import ClaimRow, judge
 from analysis.runs import ReportError
 from core.atomic import write_text
 
-NOT_RUN = "not run"
 # The inventory's value is the paper's number as written (rounded); the experiment computes
 # it from the paper's table. More than 5 % apart is a different convention or a typo.
 VALUE_TOLERANCE = 1.05
-
-
-@dataclass
-class Line:
-    """One row of the report: the inventory entry and, where measured, its judged ClaimRow."""
-
-    entry: Claim
-    row: ClaimRow | None
-    verdict: str
-    reason: str
 
 
 def measured(name: str, results: Path) -> list[ClaimRow] | str:
@@ -151,8 +140,6 @@ def claim_lines(results: Path, inventory: list[Claim] | None = None) -> list[Lin
 
 
 def write_claims(results: Path) -> int:
-    from analysis.repro.claims_table import render
-
     try:
         lines = claim_lines(Path(results))
     except InventoryError as exc:

@@ -1,4 +1,4 @@
-"""results/claims.md and claims.csv from the report's rows (analysis/repro/claims.py).
+"""results/claims.md and claims.csv from the report's rows (built by analysis/repro/claims.py).
 
 claims.md: a header (SIMULATED, the statistical rule, the seeds found, totals by verdict and
 the routing-sensitive count), then one table per paper in inventory order. claims.csv: the
@@ -8,10 +8,25 @@ Nothing depends on the time or the machine: the same results give the same bytes
 
 from __future__ import annotations
 
-from analysis.repro.claims import NOT_RUN, Line
+from dataclasses import dataclass
+
+from analysis.repro.inventory import Claim
 from analysis.repro.output import fmt
 from analysis.repro.stats import Estimate
-from analysis.repro.verdict import BAND, ONE_SEED, VERDICTS, as_estimate
+from analysis.repro.verdict import BAND, ONE_SEED, VERDICTS, ClaimRow, as_estimate
+
+NOT_RUN = "not run"
+
+
+@dataclass
+class Line:
+    """One row of the report: the inventory entry and, where measured, its judged ClaimRow."""
+
+    entry: Claim
+    row: ClaimRow | None
+    verdict: str
+    reason: str
+
 
 COLUMNS = ("claim id", "source", "claim", "paper", "ours (synthetic)", "verdict",
            "ours (real sample)", "real verdict", "routing-sensitive", "baseline headroom",

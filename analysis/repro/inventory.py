@@ -162,6 +162,12 @@ def _claim_problems(raw: dict, experiments) -> list[str]:
                    "written before running")
     elif rule is not None and not _text(rule):
         out.append(f"`rule` is text or null, got {rule!r}")
+    return out + _measure_problems(raw, kind, experiments) + _number_problems(raw)
+
+
+def _measure_problems(raw: dict, kind, experiments) -> list[str]:
+    """Problems of `experiment` / `not_expressible`: exactly one, and each well formed."""
+    out = []
     exp, why = raw.get("experiment"), raw.get("not_expressible")
     if (exp is None) == (why is None):
         out.append("exactly one of `experiment` (the experiment that measures it) and "
@@ -173,13 +179,18 @@ def _claim_problems(raw: dict, experiments) -> list[str]:
         out.append("`not_expressible` must give the reason in words")
     if why is not None and kind in KINDS and kind != "not_expressible":
         out.append(f"a claim no experiment can measure has kind not_expressible, not {kind!r}")
+    return out
+
+
+def _number_problems(raw: dict) -> list[str]:
+    """Problems of `numbers` and the paper_numbers.md section `from` they come from."""
     numbers = raw.get("numbers") or []
     if not isinstance(numbers, list) or not all(_is_number(n) for n in numbers):
-        out.append(f"`numbers` is a list of numbers, got {numbers!r}")
-    elif numbers and not sections_named(raw.get("from") or ""):
-        out.append(f"`from` must name the paper_numbers.md section ({', '.join(SECTIONS)}) "
-                   "that `numbers` come from")
-    return out
+        return [f"`numbers` is a list of numbers, got {numbers!r}"]
+    if numbers and not sections_named(raw.get("from") or ""):
+        return [f"`from` must name the paper_numbers.md section ({', '.join(SECTIONS)}) "
+                "that `numbers` come from"]
+    return []
 
 
 def _paper_file(path: Path, experiments) -> tuple[list[Claim], list[str]]:

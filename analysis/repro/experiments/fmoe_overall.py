@@ -145,6 +145,13 @@ def table(runs):
     geometric mean over cells. The claims read the seeds themselves (`claims`)."""
     import pandas as pd
 
+    tab = pd.DataFrame(_cell_rows(runs))
+    tab = pd.concat([tab, pd.DataFrame(_geomean_rows(tab))], ignore_index=True)
+    return tab, _header(runs), list(NOTES)
+
+
+def _cell_rows(runs) -> list[dict]:
+    """The (model, dataset, system) rows, in model, dataset and system order."""
     cells: dict = {}
     for r in collapse(runs).to_dict("records"):
         key = (r["model"], dataset_of(r["_result"]))
@@ -169,7 +176,11 @@ def table(runs):
                 "paper_tpot_speedup": _paper(TPOT_CHANGE, name),
                 "fmoe_hit_ratio": _ratio(f.get("hit_rate"), r["hit_rate"]),
                 "paper_hit_ratio": _paper(HIT_CHANGE, name, hit=True)})
-    tab = pd.DataFrame(rows)
+    return rows
+
+
+def _geomean_rows(tab) -> list[dict]:
+    """Per baseline, the geometric means over the model x dataset cells."""
     summary = []
     for name in [s for s in ORDER if s != "fmoe" and s in set(tab["system"])]:
         sub = tab[tab["system"] == name]
@@ -180,33 +191,38 @@ def table(runs):
                         "paper_ttft_speedup": _paper(TTFT_CHANGE, name),
                         "paper_tpot_speedup": _paper(TPOT_CHANGE, name),
                         "paper_hit_ratio": _paper(HIT_CHANGE, name, hit=True)})
-    tab = pd.concat([tab, pd.DataFrame(summary)], ignore_index=True)
+    return summary
+
+
+def _header(runs) -> list[str]:
+    """The table's title and the setup it was run at, from the first run."""
     first = runs.iloc[0]
     w = first["_result"]["config"]["workload"]
     dists = ", ".join(f"{n} d={d}" for n, d in MODELS.values())
-    header = [f"# {PAPER}, SIMULATED", "",
-              f"{first['hardware']}, batch 1, {first['requests']} measured requests per model "
-              f"and dataset (prompt {w.get('prompt_len')}, output {w.get('output_len')} tokens), "
-              f"{first['routing']} routing; "
-              f"fMoE prefetch distance: {dists}; ProMoE = composed({PROMOE_EVICTOR}, promoe). "
-              "Each value is the mean over the seeds run (`seeds`). "
-              "fmoe_*_speedup = the system's latency / fMoE's (> 1: fMoE faster); "
-              "fmoe_hit_ratio = fMoE's hit rate / the system's; paper_* the same from the "
-              "EuroSys text's reductions (v1's are in results/claims.md); geomean rows: over "
-              "the model x dataset cells. Compute floor: TPOT with every expert resident; "
-              "headroom = TPOT / floor."]
-    notes = ["Every history-based system (fMoE's map store, MoE-Infinity's EAMC, ProMoE's "
-             "predictor) warms up on the calibration requests, the paper's store split; each "
-             "measured request arrives after the previous one finished: TTFT holds no queueing.",
-             "hit_rate counts an access as a hit only when its expert is ready (a prefetch "
-             "still in flight is late, not a hit); layer_offload's misses are its streamed "
-             "layers (the EuroSys text counts DeepSpeed as never missing and gives no hit-rate "
-             "change against it; v1 gives +147 %, claimed against this count).",
-             "TTFT on Mixtral and Phi is bound by the link: a 40-token prefill routes to nearly "
-             "every expert of every layer (Mixtral 256 experts for 59 cache slots, Phi 512 for "
-             "133), so every policy copies most of them once (14 ms each for Mixtral) before the "
-             "first token; policies differ only in the few experts they kept or prefetched."]
-    return tab, header, notes
+    return [f"# {PAPER}, SIMULATED", "",
+            f"{first['hardware']}, batch 1, {first['requests']} measured requests per model "
+            f"and dataset (prompt {w.get('prompt_len')}, output {w.get('output_len')} tokens), "
+            f"{first['routing']} routing; "
+            f"fMoE prefetch distance: {dists}; ProMoE = composed({PROMOE_EVICTOR}, promoe). "
+            "Each value is the mean over the seeds run (`seeds`). "
+            "fmoe_*_speedup = the system's latency / fMoE's (> 1: fMoE faster); "
+            "fmoe_hit_ratio = fMoE's hit rate / the system's; paper_* the same from the "
+            "EuroSys text's reductions (v1's are in results/claims.md); geomean rows: over "
+            "the model x dataset cells. Compute floor: TPOT with every expert resident; "
+            "headroom = TPOT / floor."]
+
+
+NOTES = ("Every history-based system (fMoE's map store, MoE-Infinity's EAMC, ProMoE's "
+         "predictor) warms up on the calibration requests, the paper's store split; each "
+         "measured request arrives after the previous one finished: TTFT holds no queueing.",
+         "hit_rate counts an access as a hit only when its expert is ready (a prefetch "
+         "still in flight is late, not a hit); layer_offload's misses are its streamed "
+         "layers (the EuroSys text counts DeepSpeed as never missing and gives no hit-rate "
+         "change against it; v1 gives +147 %, claimed against this count).",
+         "TTFT on Mixtral and Phi is bound by the link: a 40-token prefill routes to nearly "
+         "every expert of every layer (Mixtral 256 experts for 59 cache slots, Phi 512 for "
+         "133), so every policy copies most of them once (14 ms each for Mixtral) before the "
+         "first token; policies differ only in the few experts they kept or prefetched.")
 
 
 def figure(tab, runs):
