@@ -1,5 +1,6 @@
 """Every function and method outside tests/ is at most MAX_FUNCTION_LINES long, read from the
-source with ast (nothing is imported).
+source with ast (nothing is imported); every source file, tests included, is at most
+MAX_FILE_LINES long.
 
 A function's length runs from its `def` line to its last line (decorators not counted; a
 nested function counts in its own right and inside its owner). Past the limit, split it into
@@ -11,9 +12,13 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from helpers import ROOT
+
 MAX_FUNCTION_LINES = 60
+MAX_FILE_LINES = 400
 SKIP_TOP = {"tests", "build"}  # plus every hidden folder (.venv, .git, caches)
+# Hand-written sources; the .c files next to the .pyx ones are Cython's output
+SOURCE_SUFFIXES = {".py", ".pyx", ".pxd", ".h"}
 
 
 def _sources() -> list[Path]:
@@ -48,3 +53,14 @@ def test_every_function_is_short():
     offenders = [hit for path in _sources() for hit in _long_functions(path)]
     assert not offenders, (f"functions over {MAX_FUNCTION_LINES} lines (file:function:lines; "
                            "split them into named steps): " + ", ".join(offenders))
+
+
+def test_every_file_is_short():
+    files = [p for p in sorted(ROOT.rglob("*")) if p.suffix in SOURCE_SUFFIXES
+             and p.relative_to(ROOT).parts[0] != "build"
+             and not any(part.startswith(".") for part in p.relative_to(ROOT).parts)]
+    assert any(p.suffix == ".pyx" for p in files) and any(p.parts[-2] == "tests" for p in files)
+    offenders = [f"{p.relative_to(ROOT).as_posix()}:{n}" for p in files
+                 if (n := len(p.read_text().splitlines())) > MAX_FILE_LINES]
+    assert not offenders, (f"files over {MAX_FILE_LINES} lines (file:lines; split them by "
+                           "what they do): " + ", ".join(offenders))
