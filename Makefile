@@ -23,9 +23,9 @@ PIP := $(PY) -m pip install --quiet --disable-pip-version-check
 	lint bench-sim bench-policies bench-behaviour bench-backend bench-memory clean-results
 
 # setup.py compiles the engine's fast core (harness/sim/fast_*.pyx) and the policies' optional
-# kernels (systems/*.pyx) in place: edits rebuild them.
+# kernels (systems/<system>/kernels/*.pyx) in place: edits rebuild them.
 $(STAMP): pyproject.toml setup.py $(wildcard harness/sim/fast_*.pyx harness/sim/fast_*.pxd \
-	harness/sim/fast_*.h systems/*.pyx systems/*.pxd systems/*.h)
+	harness/sim/fast_*.h systems/*/kernels/*.pyx systems/*/kernels/*.pxd systems/*/kernels/*.h)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) -e '.[dev,plots]'
 	touch $(STAMP)

@@ -17,9 +17,9 @@ from __future__ import annotations
 import sys
 
 from core.view import IterationInfo, SystemContext
-from systems.belady_bypass import Bypass
 from systems.evictors.base import Evictor
 from systems.evictors.belady import BeladyEvictor
+from systems.oracle.bypass import Bypass
 
 TERMS = ("gap", "prefetch_engine", "victims", "admission", "residual")
 
@@ -156,7 +156,7 @@ def decompose(seq, ctx: SystemContext, system_loads: int, make_evictor,
 def system_parts(system):
     """(make_evictor, bypass) for a built system, or None where no evictor is definable."""
     from systems.composed import Composed
-    from systems.oracle import Oracle
+    from systems.oracle.system import Oracle
 
     if isinstance(system, Oracle):
         return BeladyEvictor, False

@@ -7,7 +7,7 @@ non-empty (iteration, layer) steps in that order. It is the engine's sequence on
 schedule does not depend on timing (`schedule_is_timing_independent`): max_batch = 1 or
 every request arriving at once; `access_sequence` raises otherwise.
 
-Shared by systems/oracle.py, systems/belady*.py, systems/evictors/belady.py and
+Shared by systems/oracle/ (the oracle, belady*), systems/evictors/belady.py and
 analysis/gap.py, so the plan, the evictor and the counterfactual replays see one sequence.
 """
 

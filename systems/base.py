@@ -8,12 +8,36 @@ a system only answers.
 
 from __future__ import annotations
 
-from core.knobs import bool_knob
+import importlib
+
+from core.knobs import KnobError, bool_knob
 from core.view import IterationInfo, LayerRouting, RequestInfo, SystemContext
 
 # Stored EAMs / expert maps: 100x the papers' 1000. The matchers keep L * E floats per entry
 # (several arrays for fmoe), so more would need gigabytes before the first request.
 HISTORY_CAP = 100_000
+
+# The config's `policy_kernels` (conf/config.yaml): auto runs a system's compiled kernels when
+# they are built (its package's kernels/ folder), python its python rules; the same decisions.
+POLICY_KERNELS = ("auto", "python")
+
+
+def check_policy_kernels(choice: str) -> str:
+    if choice not in POLICY_KERNELS:
+        raise KnobError(f"policy_kernels: must be one of {', '.join(POLICY_KERNELS)}, "
+                        f"got {choice!r}")
+    return choice
+
+
+def compiled_kernel(module: str, choice: str):
+    """The compiled module `module` when `choice` is auto and it is built; else None (the
+    python rule runs)."""
+    if check_policy_kernels(choice) == "python":
+        return None
+    try:
+        return importlib.import_module(module)
+    except ImportError:  # optional: absent without a compiler
+        return None
 
 
 class System:
@@ -26,11 +50,18 @@ class System:
     needs_all_experts = False  # True: the runner writes status "oom" unless every expert fits
     uses_fields: tuple[str, ...] = ()  # optional trace fields read; fallbacks in docs/systems.md
     prefetch = True  # set per instance by __init__ (subclasses call super().__init__(prefetch))
+    policy_kernels = "auto"  # the config's policy_kernels (use_policy_kernels), read in bind
 
     def __init__(self, prefetch: bool = True):
         # `system.prefetch=false` is the one switch that turns a system's prefetch off: the
         # engine then never asks propose_prefetch, and systems may skip building proposals.
         self.prefetch = bool_knob(prefetch, "prefetch")
+
+    def use_policy_kernels(self, choice: str) -> System:
+        """auto: the compiled kernels when built; python: the python rules (the runner passes
+        the config's `policy_kernels` before bind; systems without kernels ignore it)."""
+        self.policy_kernels = check_policy_kernels(choice)
+        return self
 
     def bind(self, ctx: SystemContext) -> None:
         """Called once before the run."""

@@ -62,6 +62,13 @@ class Composed(System):
         return [("evictor", self.evictor), ("prefetcher", self.prefetcher),
                 ("admission", self.admission)]
 
+    def use_policy_kernels(self, choice: str) -> Composed:
+        super().use_policy_kernels(choice)
+        for _, part in self._parts():  # a joint prefetcher's system (fmoe_maps, eamc)
+            if hasattr(part, "use_policy_kernels"):
+                part.use_policy_kernels(choice)
+        return self
+
     def bind(self, ctx):
         super().bind(ctx)
         for where, part in self._parts():

@@ -261,3 +261,11 @@ class DiffMoE(System):
         if self.pred is not None:
             out["predictor"] = dict(self.pred.report)
         return out
+
+
+class DiffMoEFloorRecency(DiffMoE):
+    """The named variant (systems/variants.py): the seed class with a name of its own; its
+    knob values are set in conf/system/diff_moe_floor_recency.yaml."""
+
+    name = "diff_moe_floor_recency"
+    label = "Diff-MoE + ours: priority floor, recency term in the next-layer predictor"

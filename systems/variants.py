@@ -2,8 +2,9 @@
 
 A seed system (conf/system/<seed>.yaml) runs its paper's rule, or the released code's where the
 paper is silent, with no rule or knob of ours switched on. Each improvement of ours is a named
-variant with its own conf/system/<variant>.yaml and a `name` of its own (systems/
-variant_systems.py), so its rows never mix with the seed's. Variants are named systems like any
+variant with its own conf/system/<variant>.yaml and a `name` of its own (its class lives in
+its seed's package: systems/moe_infinity/variant.py, systems/fmoe/variant.py, systems/
+diff_moe.py), so its rows never mix with the seed's. Variants are named systems like any
 other: harness/runner/config.py's system_names() lists them, so each is its own Table 1 row.
 Tables that show a variant beside its seed read this mapping.
 

@@ -24,8 +24,8 @@ from core.rng import stream
 from core.specs import model_spec_from_dict
 from harness.runner.config import compose_config, system_names
 from harness.runner.run import load_routing, run_config
-from systems.expert_maps import ExpertMapStore
-from systems.moe_infinity import EAMC, request_eams
+from systems.fmoe.maps import ExpertMapStore
+from systems.moe_infinity.eamc import EAMC, request_eams
 from systems.predictor import NextLayerPredictor
 from systems.variants import VARIANTS
 from workloads.length_tables import LENGTH_TABLES

@@ -49,7 +49,7 @@ def _ctx(model, slots: int) -> SystemContext:
 
 def bench_eamc(model, n_entries: int, rng) -> tuple[float, float, float]:
     """(full query us, incremental query us, whole per-layer step us) at n_entries EAMs."""
-    from systems.moe_infinity import MoEInfinity
+    from systems.moe_infinity.system import MoEInfinity
 
     L, E, k = model.num_moe_layers, model.num_experts, model.top_k
     system = MoEInfinity(eamc_capacity=n_entries)
@@ -71,10 +71,11 @@ def bench_eamc(model, n_entries: int, rng) -> tuple[float, float, float]:
 
 
 def bench_fmoe(model, n_maps: int, rng) -> float:
-    from systems.expert_maps import DECODE, ExpertMapStore
+    from systems.fmoe.kernels import load_kernels
+    from systems.fmoe.maps import DECODE, ExpertMapStore
 
     L, E = model.num_moe_layers, model.num_experts
-    store = ExpertMapStore(n_maps, L, E, distance=3)
+    store = ExpertMapStore(n_maps, L, E, distance=3, fast=load_kernels())
     maps = rng.dirichlet(np.full(E, 0.3), size=(n_maps, L)).astype(np.float32)  # [N, L, E]
     embs = rng.standard_normal((n_maps, 384)).astype(np.float32)
     embs /= np.linalg.norm(embs, axis=1, keepdims=True)

@@ -39,7 +39,7 @@ RESULT_SCHEMA_VERSION = "1.0"
 # trace_cache.py); none changes a metric (harness/runner/guard.py).
 NON_SEMANTIC_KEYS = ("progress", "results_dir", "run_name", "experiment_name", "logger",
                      "resume", "timeout_s", "save_rows", "blas_threads", "trace_cache_dir",
-                     "time_policy", "engine_core")
+                     "time_policy", "engine_core", "policy_kernels")
 # Statuses of a finished run, which a rerun would only repeat (`failed` reruns); a valid run
 # always has these tables, and accesses.parquet unless save_rows is false.
 COMPLETE_STATUSES = ("valid", "oom")

@@ -147,6 +147,7 @@ def run_config(cfg: dict) -> dict:
     model = model_spec_from_dict(cfg["model"], "model")
     hw = hardware_spec_from_dict(cfg["hardware"], "hardware")
     system = build_target(cfg["system"], "system", System)
+    system.use_policy_kernels(cfg.get("policy_kernels", "auto"))  # checked: check_run_config
     max_batch = cfg["max_batch"]
     check_fits(cfg, model, system)  # a run that cannot fit is refused before its trace exists
     trace = _check_shape(load_routing(cfg, model, "measure", fields=system.uses_fields), model)
@@ -203,7 +204,8 @@ def run_config(cfg: dict) -> dict:
             m["headroom"] = headroom(m["tpot_ms"]["mean"], m["compute_floor_ms"])
             # Diagnostics that are not per-access facts (not in the parquet files).
             result["engine"] = {"prefetches_dropped": int(rec.prefetch_dropped),
-                                "core": engine.core}
+                                "core": engine.core,
+                                "policy_kernels": cfg.get("policy_kernels", "auto")}
             result["system"] = system.describe()
         result["trace"] = _trace_info(trace, system)
         result["calibration_trace"] = _trace_info(calib)

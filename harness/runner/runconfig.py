@@ -21,6 +21,7 @@ from core.specs import SpecError
 from harness.runner.logger import check_logger
 from harness.runner.store import run_dir_of
 from harness.sim.cores import CORES
+from systems.base import POLICY_KERNELS
 
 GROUPS = ("model", "hardware", "system", "workload")
 # Groups that change how a run is reported, not what it computes (absent: none).
@@ -112,6 +113,10 @@ def check_run_config(cfg: dict) -> Path:
     core = cfg.get("engine_core", "auto")
     if core not in CORES:
         raise SpecError(f"engine_core: must be one of {', '.join(CORES)}, got {core!r}")
+    kernels = cfg.get("policy_kernels", "auto")
+    if kernels not in POLICY_KERNELS:  # systems/base.py
+        raise SpecError(f"policy_kernels: must be one of {', '.join(POLICY_KERNELS)}, got "
+                        f"{kernels!r}")
     for key in ("resume", "save_rows"):  # sweep keys (README "Sweeps"); absent: true
         checks.boolean(cfg.get(key, True), key, error=SpecError)
     checks.number(cfg.get("timeout_s"), "timeout_s", lo=0, lo_open=True, null="no limit",

@@ -1,4 +1,4 @@
-"""eamc: MoE-Infinity's EAMC prefetcher (systems/moe_infinity.py) with any evictor.
+"""eamc: MoE-Infinity's EAMC prefetcher (systems/moe_infinity/system.py) with any evictor.
 
 Rule (MoE-Infinity, docs/systems.md): each request's expert activation matrix (EAM, tokens
 per expert and layer) is matched by cosine, after every MoE layer, against a collection of
@@ -18,7 +18,7 @@ and ranking are MoE-Infinity's own code; its choose_victim is never asked.
 
 from __future__ import annotations
 
-from systems.moe_infinity import MoEInfinity
+from systems.moe_infinity.system import MoEInfinity
 from systems.prefetchers.joint import JointPrefetch
 
 

@@ -1,4 +1,4 @@
-"""fmoe_maps: fMoE's expert-map prefetcher (systems/fmoe.py) with any evictor.
+"""fmoe_maps: fMoE's expert-map prefetcher (systems/fmoe/system.py) with any evictor.
 
 Rule (fMoE, docs/systems.md): a store of expert maps (one iteration's router probabilities
 [L, E] per request, with the prompt's embedding), warmed from the calibration split and,
@@ -18,7 +18,7 @@ protection of predicted experts, prefetch admission) is not used: `protect_prefe
 
 from __future__ import annotations
 
-from systems.fmoe import FMoE
+from systems.fmoe.system import FMoE
 from systems.prefetchers.joint import JointPrefetch
 
 

@@ -16,6 +16,9 @@ class JointPrefetch(Prefetcher):
     joint = None  # the joint System instance (set by the subclass's __init__)
     dropped: tuple[str, ...] = ()  # describe() keys of the joint system's eviction side
 
+    def use_policy_kernels(self, choice: str) -> None:
+        self.joint.use_policy_kernels(choice)  # the config's policy_kernels (systems/base.py)
+
     def bind(self, ctx):
         super().bind(ctx)
         self.joint.bind(ctx)

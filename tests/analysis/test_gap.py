@@ -14,13 +14,13 @@ from analysis.gap import context, decompose, main, replay
 from core.access import access_sequence
 from core.trace import read_trace
 from harness.sim.engine import Engine
-from systems.belady import Belady
-from systems.belady_bypass import BeladyBypass, Bypass
 from systems.evictors.belady import BeladyEvictor
 from systems.evictors.lru import LRUEvictor
 from systems.evictors.lru_per_layer import LRUPerLayer
 from systems.lru import LRU
 from systems.on_demand import OnDemand
+from systems.oracle.belady import Belady
+from systems.oracle.bypass import BeladyBypass, Bypass
 
 TINY = DATA / "tiny_trace.npz"
 

@@ -14,7 +14,7 @@ from systems.base import System
 from systems.layer_offload import LayerOffload
 from systems.lru import LRU
 from systems.on_demand import OnDemand
-from systems.oracle import Oracle
+from systems.oracle.system import Oracle
 
 
 class Scripted(System):

@@ -1,5 +1,5 @@
-"""The oracle's compiled MIN plan (systems/belady_fast.pyx) against the python reference
-(systems/oracle.py `belady_plan`) and the brute-force optimum, and the batched access
+"""The oracle's compiled MIN plan (systems/oracle/kernels/plan.pyx) against the python rule
+(systems/oracle/rule.py `belady_plan`) and the brute-force optimum, and the batched access
 sequence (core/access.py, vectorised) against a python walk of the static schedule."""
 
 from __future__ import annotations
@@ -12,10 +12,12 @@ from hypothesis import strategies as st
 
 from core.access import AccessSequence, access_sequence
 from core.schedule import static_schedule
-from systems import oracle
+from systems.oracle.kernels import load_kernels
+from systems.oracle.system import belady_plan_columns
 
-needs_fast = pytest.mark.skipif(oracle.FAST_PLAN is None,
-                                reason="systems/belady_fast not built (no C compiler)")
+PLAN = load_kernels()  # the compiled plan; None: not built
+needs_fast = pytest.mark.skipif(PLAN is None,
+                                reason="systems/oracle/kernels not built (no C compiler)")
 
 
 def _sequence(keys: list[int]) -> AccessSequence:
@@ -26,8 +28,8 @@ def _sequence(keys: list[int]) -> AccessSequence:
 
 def _both(keys: list[int], capacity: int):
     seq = _sequence(keys)
-    fast = oracle.belady_plan_columns(seq.keys_array, seq.next_use_array, capacity)
-    ref = oracle.belady_plan_columns(seq.keys_array, seq.next_use_array, capacity, fast=False)
+    fast = belady_plan_columns(seq.keys_array, seq.next_use_array, capacity, PLAN)
+    ref = belady_plan_columns(seq.keys_array, seq.next_use_array, capacity)
     return fast, ref
 
 
@@ -57,17 +59,17 @@ def test_compiled_plan_survives_heap_rebuilds():
 def test_plan_loads_are_the_brute_force_optimum(fast, slots):
     keys = [0, 5, 1, 5, 0, 6, 2, 7, 1, 5, 0, 6, 3, 5, 0, 4, 2, 2, 7, 0]
     seq = _sequence(keys)
-    pre, load, victim, _ = oracle.belady_plan_columns(seq.keys_array, seq.next_use_array,
-                                                      slots, fast=fast)
+    pre, load, victim, _ = belady_plan_columns(seq.keys_array, seq.next_use_array, slots,
+                                               PLAN if fast else None)
     assert len(pre) + len(load) == optimal_loads(keys, slots)
     assert len(pre) == slots and all(v not in load[i:i + 1] for i, v in enumerate(victim))
 
 
 def test_capacity_below_one_slot_is_an_error():
     seq = _sequence([1, 2])
-    if oracle.FAST_PLAN is not None:
+    if PLAN is not None:
         with pytest.raises(ValueError, match="capacity"):
-            oracle.belady_plan_columns(seq.keys_array, seq.next_use_array, 0)
+            belady_plan_columns(seq.keys_array, seq.next_use_array, 0, PLAN)
 
 
 @pytest.mark.parametrize("max_batch", [2, 3, 8])

@@ -1,13 +1,13 @@
-"""moe_infinity's expert activation matrix collection (systems/eamc.py): replacement of the
-most similar entry, cosine over the layers seen, the kept collection sum, ranking ties and
-per-request EAMs. Expected values by hand."""
+"""moe_infinity's expert activation matrix collection (systems/moe_infinity/eamc.py):
+replacement of the most similar entry, cosine over the layers seen, the kept collection sum,
+ranking ties and per-request EAMs. Expected values by hand."""
 
 from __future__ import annotations
 
 import numpy as np
 from helpers import random_trace, tiny_model
 
-from systems.eamc import EAMC, request_eams, top_ranked
+from systems.moe_infinity.eamc import EAMC, request_eams, top_ranked
 
 
 def test_eamc_replaces_the_most_similar_entry_when_full():

@@ -20,17 +20,16 @@ from harness.runner.config import compose_config
 from harness.runner.run import run_config
 from harness.sim.engine import Engine
 from harness.sim.recorder import LATE, MISS, PRELOAD
-from systems.expert_maps import (
+from systems.fmoe import rule
+from systems.fmoe.maps import (
     DECODE,
     PREFILL,
     ExpertMapStore,
     TrajectoryState,
-    select_experts,
-    unit,
 )
-from systems.expert_maps_trajectory import SMALL_STORE
-from systems.fmoe import FMoE, _topk_maps
-from systems.fmoe_predictions import Prediction
+from systems.fmoe.maps_trajectory import SMALL_STORE
+from systems.fmoe.predictions import Prediction
+from systems.fmoe.system import FMoE, _topk_maps
 from systems.on_demand import OnDemand
 
 ROW = np.array([0.5, 0.25, 0.125, 0.125])  # exact in binary: sums below are exact
@@ -46,7 +45,7 @@ ROW = np.array([0.5, 0.25, 0.125, 0.125])  # exact in binary: sums below are exa
     (-0.5, 1, [0, 1, 2, 3]),  # delta clipped to 1: every expert
 ])
 def test_delta_selection(score, top_k, want):
-    assert select_experts(ROW, score, top_k).tolist() == want
+    assert rule.select_experts(ROW, score, top_k).tolist() == want
     store = ExpertMapStore(1, 1, 4, 1)
     store.add(ROW[None, None, :], None, np.zeros(1, bool), np.zeros(1, np.int8))
     assert store.select(0, 0, score, top_k).tolist() == want  # precomputed path agrees
@@ -54,7 +53,7 @@ def test_delta_selection(score, top_k, want):
 
 def test_delta_selection_sorts_by_probability():
     row = np.array([0.125, 0.5, 0.125, 0.25])
-    assert select_experts(row, 0.2, 1).tolist() == [1, 3, 0]
+    assert rule.select_experts(row, 0.2, 1).tolist() == [1, 3, 0]
 
 
 # ---- store: de-duplication and matching ---------------------------------------------------
@@ -163,28 +162,6 @@ def test_trajectory_filter_matches_float64_products(half):
             assert (got[0][i], got[1][i]) == want
 
 
-def _reference_store(maps, embs, has, capacity, d):
-    """The plain rule, one map at a time with float64 products: the first row of largest
-    RDY = w sem + (1 - w) traj (traj alone unless both have an embedding)."""
-    B, L, E = maps.shape
-    w, rows = d / L, []  # rows: [flat, emb, has, map]
-    replaced = 0
-    for i in range(B):
-        f = unit(on_grid(maps[i].astype(np.float64), 24).reshape(-1))
-        e = unit(np.where(has[i], embs[i].astype(np.float32), 0))
-        if len(rows) < capacity:
-            rows.append(None)
-            idx = len(rows) - 1
-        else:
-            t = np.array([f @ r[0] for r in rows])
-            s = np.array([e @ r[1] for r in rows])
-            both = has[i] & np.array([r[2] for r in rows])
-            idx = int(np.argmax(np.where(both, w * s + (1 - w) * t, t)))
-            replaced += 1
-        rows[idx] = (f, e, bool(has[i]), maps[i])
-    return np.stack([r[3] for r in rows]), replaced
-
-
 def test_replacement_filter_matches_float64_products():
     # Requests share an embedding (runs of equal rows), some maps repeat exactly: the store
     # keeps what the float64 rule keeps, in the same rows.
@@ -195,7 +172,7 @@ def test_replacement_filter_matches_float64_products():
     has = np.repeat(rng.random(n // 10) < 0.8, 10)
     store = ExpertMapStore(cap, L, E, 1)
     store.add(maps, embs, has, np.ones(n, np.int8), chunk=64)
-    want, replaced = _reference_store(maps, embs, has, cap, 1)
+    want, replaced = rule.stored_maps(maps, embs, has, cap, 1)
     assert store.replaced == replaced
     assert np.array_equal(store.maps.transpose(1, 0, 2), want.astype(np.float64))
 
@@ -387,7 +364,7 @@ def test_ablation_switches():
     """delta_rule=false: a prediction is the matched row's top-k (here 1 expert, where the
     rule at score 0.2 takes 3), keeping the match's score; semantic_matching=false: no
     semantic match is made (prompt embeddings still join the store)."""
-    from systems.fmoe_predictions import from_store
+    from systems.fmoe.predictions import from_store
 
     store = ExpertMapStore(1, 1, 4, 1)
     store.add(ROW[None, None, :], None, np.zeros(1, bool), np.zeros(1, np.int8))

@@ -1,4 +1,4 @@
-"""fMoE's compiled loops (systems/fmoe_fast.pyx, chosen by systems/fmoe_kernels.py) against
+"""fMoE's compiled loops (systems/fmoe/kernels, chosen by the config's policy_kernels) against
 the pure-Python reference: the trajectory step on small and large stores, the eviction
 scores' edits op by op, and whole runs whose store exceeds the small-store size (the golden
 settings keep 12 maps), at batch 1 and 4: the same values, the same tables."""
@@ -11,28 +11,21 @@ from test_golden_systems import table_sha
 
 from harness.runner.config import compose_config
 from harness.runner.run import run_config
-from systems import fmoe_kernels
-from systems.expert_maps import DECODE, PREFILL, ExpertMapStore, TrajectoryState
-from systems.expert_maps_trajectory import SMALL_STORE
-from systems.fmoe_eviction import PROTECTED_TIER, EvictionScores
-from systems.fmoe_predictions import LayerGroup, from_store
+from systems.fmoe.eviction import PROTECTED_TIER, EvictionScores
+from systems.fmoe.kernels import load_kernels
+from systems.fmoe.maps import DECODE, PREFILL, ExpertMapStore, TrajectoryState
+from systems.fmoe.maps_trajectory import SMALL_STORE
+from systems.fmoe.predictions import LayerGroup, from_store
 
-pytestmark = pytest.mark.skipif(fmoe_kernels.FAST is None,
-                                reason="systems.fmoe_fast not built (pip install -e .)")
-
-
-@pytest.fixture
-def python_only(monkeypatch):
-    """Builds after this run the python loops."""
-    def off():
-        monkeypatch.setattr(fmoe_kernels, "FAST", None)
-    return off
+FAST = load_kernels()  # the compiled loops; the python ones: fast None (the default)
+pytestmark = pytest.mark.skipif(FAST is None,
+                                reason="systems/fmoe/kernels not built (pip install -e .)")
 
 
 @pytest.mark.parametrize("n", [40, SMALL_STORE + 61])
 @pytest.mark.parametrize("half", [True, False])
 @pytest.mark.parametrize("maps16", [True, False])  # maps exact in float16: the float16 block
-def test_trajectory_step_equals_python(n, half, maps16, python_only):
+def test_trajectory_step_equals_python(n, half, maps16):
     rng = np.random.default_rng(n)
     L, E = 5, 19
     maps = rng.dirichlet(np.full(E, 0.3), size=(n, L)).astype(np.float32)
@@ -42,8 +35,7 @@ def test_trajectory_step_equals_python(n, half, maps16, python_only):
     queries = [maps[i] for i in range(0, n, 7)]
     queries += [rng.dirichlet(np.ones(E), size=L).astype(np.float32) for _ in range(4)]
     queries = [q.astype(np.float16) if half else q for q in queries]
-    fast = ExpertMapStore(n, L, E, 1)
-    python_only()
+    fast = ExpertMapStore(n, L, E, 1, fast=FAST)
     slow = ExpertMapStore(n, L, E, 1)
     for store in (fast, slow):
         store.add(maps, None, np.zeros(n, bool), np.ones(n, np.int8))
@@ -57,13 +49,12 @@ def test_trajectory_step_equals_python(n, half, maps16, python_only):
 
 
 @pytest.mark.parametrize("smooth", [0.0, 0.25])
-def test_predictions_equal_python(smooth, python_only, monkeypatch):
+def test_predictions_equal_python(smooth):
     rng = np.random.default_rng(11)
     n, L, E = 30, 3, 16
     maps = rng.dirichlet(np.full(E, 0.2), size=(n, L)).astype(np.float16)
     maps[5, 1] = 0  # a layer without tokens: no prediction
-    fast = ExpertMapStore(n, L, E, 1)
-    python_only()
+    fast = ExpertMapStore(n, L, E, 1, fast=FAST)
     slow = ExpertMapStore(n, L, E, 1)
     for store in (fast, slow):
         store.add(maps, None, np.zeros(n, bool), np.ones(n, np.int8))
@@ -86,9 +77,7 @@ def test_predictions_equal_python(smooth, python_only, monkeypatch):
             assert [None if x is None else (x.keys, x.probs, x.row, x.score) for x in got[0]] \
                 == [None if x is None else (x.keys, x.probs, x.row, x.score) for x in got[1]]
             preds = [x for x in got[0] if x is not None]
-            monkeypatch.setattr(fmoe_kernels, "FAST", fast.fast)
-            g = LayerGroup(preds, 3)
-            python_only()
+            g = LayerGroup(preds, 3, FAST)
             h = LayerGroup(preds, 3)
             assert (list(g.best_p.items()), list(g.use.items())) == (list(h.best_p.items()),
                                                                      list(h.use.items()))
@@ -120,11 +109,10 @@ def _ops(rng, L, E, steps):
 
 
 @pytest.mark.parametrize("counted", [False, True])
-def test_eviction_edits_equal_python(counted, python_only):
+def test_eviction_edits_equal_python(counted):
     rng = np.random.default_rng(3 + counted)
     L, E = 4, 24
-    fast = EvictionScores(L, E)
-    python_only()
+    fast = EvictionScores(L, E, FAST)
     slow = EvictionScores(L, E)
     assert fast.kernel is not None and slow.kernel is None
     for op in _ops(rng, L, E, 4000):
@@ -155,7 +143,7 @@ def test_eviction_edits_equal_python(counted, python_only):
 
 
 @pytest.mark.parametrize("batch", [1, 4])
-def test_runs_with_a_large_store_equal_python(batch, python_only, tmp_path):
+def test_runs_with_a_large_store_equal_python(batch, tmp_path):
     # 40 calibration requests of 8 steps: 320 maps, more than SMALL_STORE, into 300 rows
     # (replacements); the run's requests add theirs.
     overrides = ["experiment=table1", "workload.prompt_len=48", "workload.output_len=8",
@@ -170,19 +158,18 @@ def test_runs_with_a_large_store_equal_python(batch, python_only, tmp_path):
         return result["metrics"], table_sha(tmp_path / result["_run_dir"])
 
     fast = run("fast")
-    python_only()
+    overrides.append("policy_kernels=python")
     assert fast == run("python")
 
 
-def test_float16_copy_gives_way_to_float32(python_only):
+def test_float16_copy_gives_way_to_float32():
     # Maps exact in float16, then one that is not: the store switches to the float32 block,
     # built from every map so far, and matches as the python path does.
     rng = np.random.default_rng(5)
     n, L, E = 20, 3, 8
     maps = rng.dirichlet(np.ones(E), size=(n, L)).astype(np.float16).astype(np.float32)
     odd = rng.dirichlet(np.ones(E), size=(1, L)).astype(np.float32)
-    fast = ExpertMapStore(n + 1, L, E, 1)
-    python_only()
+    fast = ExpertMapStore(n + 1, L, E, 1, fast=FAST)
     slow = ExpertMapStore(n + 1, L, E, 1)
     for store in (fast, slow):
         store.add(maps, None, np.zeros(n, bool), np.ones(n, np.int8))

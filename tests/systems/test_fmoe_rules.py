@@ -13,10 +13,10 @@ from helpers import EvictableSet, FixedBackend, random_trace, tiny_model
 from core.knobs import KnobError
 from core.view import SystemContext
 from harness.sim.engine import Engine
-from systems.expert_maps import DECODE
-from systems.fmoe import FMoE
-from systems.fmoe_eviction import EvictionScores
-from systems.fmoe_predictions import Prediction
+from systems.fmoe.eviction import EvictionScores
+from systems.fmoe.maps import DECODE
+from systems.fmoe.predictions import Prediction
+from systems.fmoe.system import FMoE
 
 
 def _bound(fields=("probs",), top_k=1, E=4, L=2, **kw):

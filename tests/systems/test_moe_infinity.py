@@ -9,7 +9,8 @@ from helpers import EvictableSet, FixedBackend, random_trace, tiny_model
 
 from core.view import SystemContext
 from harness.sim.engine import Engine
-from systems.moe_infinity import MoEInfinity, released_layer_factor, released_priority
+from systems.moe_infinity import rule
+from systems.moe_infinity.system import MoEInfinity, released_layer_factor, released_priority
 
 
 def _ctx(L=3, E=4, slots=12):
@@ -273,22 +274,12 @@ def test_refetch_guard_keeps_an_expert_evicted_now_or_one_iteration_ago_out_of_p
 
 # ---- the incremental and batched paths give the plain formulas' bits ---------------------
 def _plain_reuse(s, st):
-    """Score and variance of one request from scratch, as the per-request formulas read:
-    P and var(P) of the summed matched EAMs, blended with the own row-normalised EAM on
-    the layers reached: P + mix (own - P) and keep2 var(P) + mix2 share (1 - share) (1 / n)."""
-    L, E, w = s.ctx.num_layers, s.ctx.num_experts, s.own_weight
-    p, pvar = s.eamc.predicted(st.best)
-    eam = st.eam.reshape(L, E)
-    n = eam.sum(axis=1, keepdims=True)
-    reached = n[:, 0] > 0
-    inv = np.divide(1.0, n, out=np.zeros_like(n), where=n > 0)  # row * (1 / n), as the rule
-    own = eam * inv
-    own_var = (own * (1.0 - own) * inv).ravel()
-    own = own.ravel()
-    mix = np.repeat(np.where(reached, w, 0.0), E)
-    keep2 = np.repeat(np.where(reached, (1.0 - w) * (1.0 - w), 1.0), E)
-    mix2 = np.repeat(np.where(reached, w * w, 0.0), E)
-    return p + mix * (own - p), keep2 * pvar + mix2 * own_var
+    """Score and variance of one request from scratch: the rule's formulas (rule.py) over
+    the matched entries' EAMs and the request's own EAM."""
+    L, E = s.ctx.num_layers, s.ctx.num_experts
+    matched = s.eamc.rows[list(st.best), :L * E].reshape(-1, L, E)
+    p, pvar = rule.predicted(matched)
+    return rule.reuse(p, pvar, st.eam.reshape(L, E), s.own_weight)
 
 
 class _Members:
@@ -327,7 +318,7 @@ def test_batch_path_gives_the_single_request_bits():
             counts = rng.integers(0, 3, size=(3, 4)).astype(float)
             counts[:, layer % 4] += 1
             batched._observe_batch(rows, layer, counts, it == 0, it)
-            from systems import moe_infinity_batch as batch
+            from systems.moe_infinity import batch
             batch.predict(tab, [st for st in rows if st.stale], batched.eamc)
             batch.blend_rows(tab, rows)
             for st, c in zip(alone, counts):
@@ -345,7 +336,7 @@ def test_batch_path_gives_the_single_request_bits():
 
 
 def test_resident_ranks_lowest_is_the_brute_force_lowest():
-    from systems.moe_infinity_ranks import ResidentRanks
+    from systems.moe_infinity.ranks import ResidentRanks
 
     class _First(EvictableSet):  # the engine's Candidates walk
         def first_of(self, keys):
@@ -369,8 +360,7 @@ def test_resident_ranks_lowest_is_the_brute_force_lowest():
         evictable = {k for k in resident if rng.random() < 0.6}
         for cands in (EvictableSet(evictable), _First(evictable), None):
             pool = resident if cands is None else evictable
-            want = min(((r.score[k], k) for k in pool), default=(0, -1))[1]
-            assert r.lowest(cands) == want
+            assert r.lowest(cands) == rule.lowest(r.score, pool)
 
 
 @pytest.mark.parametrize("margin", [0.0, 0.25, 1.0])
@@ -387,10 +377,6 @@ def test_admission_filter_is_the_full_vector_rule(margin):
         for layer in range(3):
             ids = sorted(rng.choice(4, size=2, replace=False).tolist())
             s.on_layer_routed(_Routing(layer, ids, [1, 1], iteration=it), 0.0)
-            victim = s._lowest()
-            prio = s.score * s.weight[layer + 1]
-            gap = s.score - s.score[victim]
-            ok = (s.gate < s.it_now - 1) & (prio > 0)
-            ok &= gap > margin * np.sqrt(s.var + s.var[victim])
-            want = sorted(zip((-prio[ok]).tolist(), np.flatnonzero(ok).tolist()))[:8]
-            assert s.propose_prefetch(0.0) == [k for _, k in want]
+            want = rule.proposal(s.score, s.weight[layer + 1], s.gate < s.it_now - 1, 8,
+                                 s._lowest(), margin, s.var)
+            assert s.propose_prefetch(0.0) == want

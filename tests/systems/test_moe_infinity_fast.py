@@ -1,6 +1,6 @@
-"""moe_infinity's compiled kernels (systems/moe_infinity_fast.pyx) against its numpy code:
+"""moe_infinity's compiled kernels (systems/moe_infinity/kernels) against its numpy code:
 the same decisions and the same bits. Whole runs of the system with the kernels and with
-them switched off (systems.moe_infinity_requests.FAST = None) must give identical tables,
+them switched off (policy_kernels python, systems/base.py) must give identical tables,
 reports and row arrays, over knobs that take every path (match_top above ARGMAX_TOP and
 max_proposal above it run numpy for that part); the proposal kernel is also checked alone
 on scores with many ties. Skips when the kernels are not built."""
@@ -16,29 +16,40 @@ from harness.runner.run import load_routing
 from harness.sim.backend_sim import SimBackend
 from harness.sim.engine import Engine
 from harness.sim.memory import plan_memory
-from systems import moe_infinity_propose as propose
-from systems import moe_infinity_requests as requests
-from systems.moe_infinity import MoEInfinity
+from systems.moe_infinity import propose, requests, rule
+from systems.moe_infinity.kernels import PYTHON, load_kernels
+from systems.moe_infinity.system import MoEInfinity
 
-pytestmark = pytest.mark.skipif(requests.FAST is None, reason="moe_infinity_fast not built")
+KERNELS = load_kernels()
+pytestmark = pytest.mark.skipif(KERNELS.fast is None, reason="moe_infinity kernels not built")
 
 BASE = ["experiment=table1", "workload.prompt_len=40", "workload.output_len=6",
         "calibration_requests=8", "progress=false", "trace_cache_dir=null",
         "workload.num_requests=8", "expert_cache_gb=3"]
 
 
-def _run(batch: int, knobs: dict, fast: bool, monkeypatch, rows: bool = True) -> dict:
-    """One run; fast False: the numpy code; rows False: the per-row kernels alone (no
-    TableKernel of systems/moe_infinity_rows.pyx on the batch path)."""
-    monkeypatch.setattr(requests, "FAST", requests.FAST if fast else None)
-    monkeypatch.setattr(requests, "ROWS", requests.ROWS if rows else None)
+class _PerRowKernels(MoEInfinity):
+    """The per-row kernels alone: no TableKernel (kernels/rows.pyx) on the batch path."""
+
+    def bind(self, ctx):
+        super().bind(ctx)
+        self.kernels = load_kernels(rows=False)
+        self.table = requests.RequestTable(ctx.num_layers, ctx.num_experts, self.capacity,
+                                           self.own_weight, self.iteration_query,
+                                           rows=ctx.max_batch, kernels=self.kernels)
+
+
+def _run(batch: int, knobs: dict, fast: bool, rows: bool = True) -> dict:
+    """One run; fast False: the numpy code (policy_kernels python); rows False: the per-row
+    kernels alone."""
     cfg = compose_config(BASE + [f"max_batch={batch}"])
     model = model_spec_from_dict(cfg["model"], "model")
     hw = hardware_spec_from_dict(cfg["hardware"], "hardware")
     trace = load_routing(cfg, model, "measure")
     max_ctx = int(np.max(trace.prompt_len.astype(np.int64) + trace.output_len))
     plan = plan_memory(model, hw, max_ctx, batch, cfg["expert_cache_gb"])
-    system = MoEInfinity(eamc_capacity=10, **knobs)
+    cls = MoEInfinity if rows else _PerRowKernels
+    system = cls(eamc_capacity=10, **knobs).use_policy_kernels("auto" if fast else "python")
     engine = Engine(model, SimBackend(model, hw), trace, system, plan.expert_cache_bytes, batch)
     system.warmup(load_routing(cfg, model, "calibration", cfg["calibration_requests"]))
     rec = engine.run()
@@ -69,44 +80,44 @@ def _assert_same(a: dict, b: dict) -> None:
     {"own_weight": 1.0, "admit_margin": 0.0, "refetch_guard": False},
 ])
 @pytest.mark.parametrize("batch", [1, 4])
-def test_kernels_give_the_numpy_bits(batch, knobs, monkeypatch):
-    a, b = (_run(batch, knobs, fast, monkeypatch) for fast in (True, False))
+def test_kernels_give_the_numpy_bits(batch, knobs):
+    a, b = (_run(batch, knobs, fast) for fast in (True, False))
     assert a["fast"] and not b["fast"]
     _assert_same(a, b)
 
 
-@pytest.mark.skipif(requests.ROWS is None, reason="moe_infinity_rows not built")
+@pytest.mark.skipif(KERNELS.rows is None, reason="moe_infinity rows kernel not built")
 @pytest.mark.parametrize("knobs", [
     {},
     {"iteration_query": False, "match_top": 3},
     {"own_weight": 0.0},
     {"match_top": 9, "max_proposal": 9},  # rankings above MAX_TOP: predict_one's lists
 ])
-def test_batch_kernel_gives_the_numpy_bits(knobs, monkeypatch):
+def test_batch_kernel_gives_the_numpy_bits(knobs):
     """Batch 6 (every layer of the 8 requests goes through the batch path, many rows at
     once): the batch kernel (TableKernel) gives the numpy path's and the per-row kernels'
     tables, reports and row arrays."""
-    table = _run(6, knobs, True, monkeypatch)
-    per_row = _run(6, knobs, True, monkeypatch, rows=False)
-    numpy = _run(6, knobs, False, monkeypatch)
+    table = _run(6, knobs, True)
+    per_row = _run(6, knobs, True, rows=False)
+    numpy = _run(6, knobs, False)
     assert table["rows_kernel"] and not per_row["rows_kernel"] and not numpy["fast"]
     _assert_same(table, numpy)
     _assert_same(per_row, numpy)
 
 
-@pytest.mark.skipif(requests.ROWS is None, reason="moe_infinity_rows not built")
-def test_bincount_kernel_is_the_numpy_count(monkeypatch):
+@pytest.mark.skipif(KERNELS.rows is None, reason="moe_infinity rows kernel not built")
+def test_bincount_kernel_is_the_numpy_count():
     """Top-k ids of the trace's dtypes: the same counts [R, E]; other dtypes: None (the
     numpy code counts them); an id past E: an error, not a write past the row."""
-    from systems import moe_infinity_batch as batch
+    from systems.moe_infinity import batch
 
     rng = np.random.default_rng(0)
-    kernel = requests.ROWS
-    monkeypatch.setattr(requests, "FAST", None)  # a table without kernels: numpy counts
+    kernel = KERNELS.rows  # a table without kernels (PYTHON): numpy counts
     for dtype, E in ((np.uint8, 64), (np.uint16, 300)):
         rows = [rng.integers(0, E, (t, 4)).astype(dtype) for t in (1, 7, 3, 20)]
         rows.append(rows[1][::2])  # strided
-        want = batch.bincount_rows(rows, E, requests.RequestTable(2, E, 4, 0.5, True))
+        want = batch.bincount_rows(rows, E, requests.RequestTable(2, E, 4, 0.5, True,
+                                                                  kernels=PYTHON))
         got = kernel.bincount_rows(rows, E)
         assert got.dtype == np.float64 and np.array_equal(got, want)
     assert kernel.bincount_rows([np.zeros((2, 2), dtype=np.int64)], 8) is None
@@ -137,15 +148,15 @@ def test_proposal_kernel_is_the_numpy_rule(seed):
             for margin in (0.0, 0.5, 3.0):
                 want = (propose.top(score, w, apen, m) if victim < 0 else
                         propose.admitted(score, w, apen, victim, margin, m, var_of, var_at))
-                got = requests.FAST.propose(score, w, apen, var_plane, rows, victim, margin, m)
+                got = KERNELS.fast.propose(score, w, apen, var_plane, rows, victim, margin, m)
                 assert got == want, (rows, victim, margin)
 
 
 @pytest.mark.parametrize("seed", range(4))
-def test_lowest_evictable_kernel_is_the_numpy_search(seed, monkeypatch):
+def test_lowest_evictable_kernel_is_the_numpy_search(seed):
     """Ranks with ties and inf (absent keys), candidates of every size: the same key, and
     the ranks restored after the search."""
-    from systems import moe_infinity_ranks as ranks_mod
+    from systems.moe_infinity import ranks as ranks_mod
 
     rng = np.random.default_rng(seed)
     ranks = np.where(rng.random(96) < 0.4, np.inf, rng.integers(0, 6, 96) / 4.0)
@@ -153,11 +164,11 @@ def test_lowest_evictable_kernel_is_the_numpy_search(seed, monkeypatch):
         cands = {int(k) for k in np.flatnonzero(rng.random(96) < frac)}
         for c in (cands, None):
             before = ranks.copy()
-            got = requests.FAST.lowest_evictable(ranks, c)
+            got = KERNELS.fast.lowest_evictable(ranks, c)
             assert np.array_equal(ranks, before)
-            monkeypatch.setattr(requests, "FAST", None)
             assert ranks_mod.lowest_evictable(ranks, c) == got
-            monkeypatch.undo()
+            finite = [k for k in (range(96) if c is None else c) if ranks[k] != np.inf]
+            assert got == rule.lowest(ranks, finite)
 
 
 @pytest.mark.parametrize("n, m", [(1, 1), (5, 4), (514, 4), (1000, 3), (1000, 8)])
@@ -165,14 +176,15 @@ def test_match_kernel_keeps_the_m_best_with_lowest_slot_ties(n, m):
     """match's top-m scan (four products at a time once m are kept) over a collection of
     small counts, many equal cosines, and n not a multiple of 4: the ranking of an exact
     sort on (-dot * inv_norm, slot) over the first n slots, and dots gained only there."""
-    from systems.eamc import EAMC
+    from systems.moe_infinity.eamc import EAMC
 
     rng = np.random.default_rng(n + m)
     L, E = 3, 8
     c = EAMC(1000, L, E)
-    for eam in rng.integers(0, 3, size=(n, L, E)).astype(float):
+    stored = rng.integers(0, 3, size=(n, L, E)).astype(float)
+    for eam in stored:
         c.insert(eam)
-    tab = requests.RequestTable(L, E, 1000, 0.5, True)
+    tab = requests.RequestTable(L, E, 1000, 0.5, True, kernels=KERNELS)
     st = tab.new_state()
     kernel = tab.views[st.row].kernel
     keys, counts = [1, 8 + 2, 16 + 5], [2.0, 1.0, 3.0]
@@ -181,5 +193,8 @@ def test_match_kernel_keeps_the_m_best_with_lowest_slot_ties(n, m):
     scaled = [d * c.inv_norm[L - 1, j] for j, d in enumerate(dots)]
     want = [j for _, j in sorted((-s, j) for j, s in enumerate(scaled))][:m]
     assert list(slots) == want and top == scaled[want[0]]
+    query = np.zeros(L * E)
+    query[keys] = counts
+    assert rule.match(stored, query.reshape(L, E), L, m) == want  # the rule's ranking
     np.testing.assert_array_equal(tab.dots[st.row, :n], dots)
     assert not tab.dots[st.row, n:].any()

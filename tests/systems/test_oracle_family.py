@@ -22,9 +22,9 @@ from core.trace import read_trace
 from harness.runner.config import compose_config, system_names
 from harness.runner.run import run_config
 from harness.sim.engine import Engine
-from systems.belady import Belady, BeladyLookahead
-from systems.belady_bypass import BeladyBypass
-from systems.oracle import Oracle
+from systems.oracle.belady import Belady, BeladyLookahead
+from systems.oracle.bypass import BeladyBypass
+from systems.oracle.system import Oracle
 
 TINY = DATA / "tiny_trace.npz"
 SEQUENCE = [0, 5, 1, 5, 0, 6, 2, 7, 1, 5, 0, 6, 3, 5, 0, 4]

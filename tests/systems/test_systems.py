@@ -24,13 +24,13 @@ from core.view import SystemContext
 from harness.sim.engine import Engine
 from harness.sim.recorder import HIT, LATE, MISS, PRELOAD
 from systems.diff_moe import DiffMoE
-from systems.fmoe import FMoE
+from systems.fmoe.system import FMoE
 from systems.layer_offload import LayerOffload
 from systems.lru import LRU
-from systems.moe_infinity import MoEInfinity
+from systems.moe_infinity.system import MoEInfinity
 from systems.no_offload import NoOffload
 from systems.on_demand import OnDemand
-from systems.oracle import Oracle
+from systems.oracle.system import Oracle
 from systems.predictor import NextLayerPredictor
 
 TINY = DATA / "tiny_trace.npz"

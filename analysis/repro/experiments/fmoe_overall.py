@@ -111,7 +111,7 @@ def sweeps() -> tuple[Sweep, ...]:
 
 
 def system_label(result: dict) -> str:
-    """The system's name (a named variant has its own: systems/variant_systems.py); a
+    """The system's name (a named variant has its own: the packages' variant.py); a
     composed system by its parts (`promoe` for ProMoE)."""
     s = result["system"]
     if s.get("name") != "composed":

@@ -1,19 +1,19 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
 # cython: initializedcheck=False
-"""The compiled kernels of moe_infinity's batch-1 path (systems/moe_infinity_requests.py,
-systems/moe_infinity_propose.py): the same values as their numpy code, bit for bit, in C
+"""The compiled kernels of moe_infinity's batch-1 path (systems/moe_infinity/requests.py,
+systems/moe_infinity/propose.py): the same values as their numpy code, bit for bit, in C
 loops, which cost less than the numpy calls on a layer's few keys and a row's L*E.
 
 Bit-identity: token counts and their sums are integers held in doubles (exact in any order),
 every other value is the same sequence of IEEE double operations as the numpy code (built
 with -ffp-contract=off, so a * b + c is never fused), and rankings break ties by the lowest
-index as numpy's argmax does. tests/test_moe_infinity_fast.py checks both paths alike.
+index as numpy's argmax does. tests/systems/test_moe_infinity_fast.py checks both paths alike.
 """
 
 from cpython.mem cimport PyMem_Free, PyMem_Malloc
 from libc.math cimport INFINITY, sqrt
 
-from systems.moe_infinity_fast_c cimport *  # the C helpers, MAX_TOP, the planes
+from systems.moe_infinity.kernels.fast_c cimport *  # the C helpers, MAX_TOP, the planes
 
 
 cdef class RowKernel:
@@ -174,7 +174,7 @@ cdef inline double _var_max(const double[:, :] v, Py_ssize_t* rw, Py_ssize_t nr,
 
 
 def lowest_evictable(double[::1] ranks, candidates):
-    """moe_infinity_ranks.lowest_evictable: repeated argmin (the first of equal values, as
+    """ranks.lowest_evictable: repeated argmin (the first of equal values, as
     numpy's), skipping keys not in `candidates` (None: any) by setting them to inf until
     the search ends, then restoring them. Returns the key, or -1 when only inf is left."""
     cdef Py_ssize_t k, key = -1, n = ranks.shape[0]

@@ -1,4 +1,4 @@
-/* The trajectory step's product for systems/fmoe_fast.pyx: row[j] += sum_e q[e] * cols[e][j].
+/* The trajectory step's product for fast.pyx: row[j] += sum_e q[e] * cols[e][j].
  * Every term is a product of two values on the 2**-24 grid, so every partial sum is exact in
  * double: the grouping (four expert rows per pass) and the vector width change no bit.
  * target_clones: the widest vectors the running CPU has, chosen at load time. */

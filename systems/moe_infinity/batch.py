@@ -1,11 +1,11 @@
 """moe_infinity's batch path: one MoE layer of R > 1 member requests of a RequestTable
-(systems/moe_infinity_requests.py) at once, as array operations over their rows, and the
+(systems/moe_infinity/requests.py) at once, as array operations over their rows, and the
 variance of the predicted reuse at a few keys over several requests. With the compiled
-kernels built, the table's TableKernel (systems/moe_infinity_rows.pyx) does the counts, the
+kernels built, the table's TableKernel (systems/moe_infinity/kernels/rows.pyx) does the counts, the
 match, the predicted EAM and the blend of every member row in one call each: a C loop over
 one row costs less than these gathers and whole-array passes over every member row, and one
 call per batch-layer less than a python call per row (the per-row kernels of
-systems/moe_infinity_fast.pyx, used when only those are built).
+systems/moe_infinity/kernels/fast.pyx, used when only those are built).
 
 Each function gives, row by row, the bits of the single-request path in that module (the
 same integer sums, the same elementwise IEEE operations in the same order); the golden and
@@ -18,13 +18,12 @@ import math
 
 import numpy as np
 
-from systems.eamc import EAMC
-from systems.moe_infinity_requests import (
+from systems.moe_infinity.eamc import EAMC
+from systems.moe_infinity.requests import (
     ARGMAX_TOP,
     KEEP2,
     OWN_VAR,
     PVAR,
-    ROWS,
     SHARE,
     VAR,
     RequestState,
@@ -45,7 +44,7 @@ def bincount_rows(rows: list[np.ndarray], num_experts: int, tab: RequestTable) -
     """Tokens per expert [R, E] (float64) of R requests' top-k rows ([tokens, k] each); in
     one compiled pass with the table's kernel (the same integers)."""
     if tab.kernel is not None:
-        counts = ROWS.bincount_rows(rows, num_experts)
+        counts = tab.kernels.rows.bincount_rows(rows, num_experts)
         if counts is not None:
             return counts
     flat = np.concatenate([r.ravel() for r in rows]).astype(np.intp)

@@ -1,4 +1,4 @@
-"""The replacement choice of fMoE's map store (systems/expert_maps.py): which stored map is
+"""The replacement choice of fMoE's map store (systems/fmoe/maps.py): which stored map is
 most redundant with an incoming one, RDY = w * sem + (1 - w) * traj (w = d/L; traj alone
 where either map has no embedding), the first row on ties.
 
@@ -8,7 +8,7 @@ maps are >= 0, so |approx - exact| <= gamma_K * (x . y) <= gamma_K (unit vectors
 K u / (1 - K u), u = 2**-24, for any summation order and FMA use, K counting the products and
 the input roundings; the blend adds at most a few float64 roundings. Every row whose exact
 RDY can be the largest is within 2 of those bounds of the largest approximate RDY; those few
-are recomputed exactly (float64 products of grid values, see expert_maps) and the first
+are recomputed exactly (float64 products of grid values, see maps) and the first
 largest is taken, so the choice is the one of the exact products, on any BLAS kernel.
 Cosines of embeddings are exact float64 products, one per run of equal rows (the maps of a
 request share its prompt).

@@ -1,10 +1,10 @@
-"""Trajectory matching of fMoE's map store (systems/expert_maps.py): after each layer of an
+"""Trajectory matching of fMoE's map store (systems/fmoe/maps.py): after each layer of an
 iteration, the stored map whose probabilities over the layers seen so far have the largest
 cosine with the query's (the first on ties), and that cosine. Dot products over the prefix
 are kept per stored map and extended by one [m, E] @ [E, n] product per layer, m the
 iteration's requests matched together.
 
-Exact results whatever the BLAS kernel (the module docstring of expert_maps): maps and
+Exact results whatever the BLAS kernel (the module docstring of maps): maps and
 queries are on the 2**-24 grid, so float64 products of them are exact. A small store is
 matched that way. A large one streams its layer block in float32, half the bytes: every term
 is >= 0, so each approximate dot product is within a relative `rel_err` of the exact one
@@ -13,7 +13,7 @@ products, the layer sums and the input roundings), and so is each approximate co
 the query's norm, common to its maps. Every map whose cosine can equal the best is within
 3 rel_err of the best approximate one; those few (usually one) get exact float64 dot products,
 kept and extended as layers come, and the best is taken among them: the map and the cosine
-of the all-float64 computation. Where the compiled step is built (fmoe_kernels.py), every
+of the all-float64 computation. Where the compiled step is built (kernels/), every
 store keeps exact dot products of every map, computed from the float32 block (which holds the
 grid values exactly: `exact32`), or from its float16 copy while every map is exact in
 float16 (half the bytes; F16C), in one compiled pass: the same map and cosine again.
@@ -27,7 +27,7 @@ import numpy as np
 
 from core.numerics import on_grid
 
-GRID_BITS = 24  # expert_maps.GRID_BITS (that module imports this one)
+GRID_BITS = 24  # maps.GRID_BITS (that module imports this one)
 SMALL_STORE = 256  # at most this many maps: float64 products (fewer numpy calls per layer)
 _FEW = 16  # more candidates than this: every map's exact dot product
 
@@ -44,7 +44,7 @@ class TrajectoryState:
         self.layers: list[int] = []  # the observed layers, in order
         self.queries: np.ndarray | None = None  # [m, P, E] their query rows (large stores)
         self.query_sq = [0.0] * m  # exact: sums of squares of grid values
-        # fast (fmoe_kernels.FAST): every store keeps exact dots, the compiled step
+        # fast (kernels/fast.pyx): every store keeps exact dots, the compiled step
         # computes them from the float32 block (grid values: exact) in one pass
         self.fast = fast
         small = n <= SMALL_STORE or fast is not None

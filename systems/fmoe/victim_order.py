@@ -1,4 +1,4 @@
-"""fMoE's eviction order kept between score changes (systems/fmoe.py, fmoe_eviction.py).
+"""fMoE's eviction order kept between score changes (systems/fmoe/system.py, eviction.py).
 
 choose_victim takes the resident key lowest in (score, last use, key) that the engine lets it
 evict, skipping the others. Rebuilding that order from the [L*E] scores costs a few numpy
@@ -12,7 +12,7 @@ prefix: every key outside it ranks after all of it), built once and edited on ea
 
 So edits only shrink the prefix (and cut it back to KEEP entries); it is rebuilt when empty,
 or deeper when every key in it was busy. `update` runs compiled when its owner sets `fast`
-(fmoe_kernels.py): the same edit.
+(kernels/): the same edit.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ class VictimOrder:
     def __init__(self):
         self.entries: list[tuple[float, int, int]] | None = None
         self.keep = KEEP  # edits cut the prefix back to this; a deepened one keeps its length
-        self.fast = None  # fmoe_kernels.FAST when the owner runs compiled: update() there
+        self.fast = None  # kernels/fast.pyx when the owner runs compiled: update() there
 
     def invalidate(self) -> None:
         self.entries = None

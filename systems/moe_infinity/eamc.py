@@ -3,7 +3,7 @@
 An EAM is one request's token counts [L, E] (tokens routed to each expert of each MoE layer,
 prefill and decode). The collection stores up to `capacity` of them with prefix norms, so a
 partial EAM (the layers seen so far) can be matched by cosine over those layers only. Used by
-systems/moe_infinity.py; the policy itself lives there.
+systems/moe_infinity/system.py; the policy itself lives there.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""moe_infinity's eviction ranks (systems/moe_infinity.py): the resident keys by predicted
+"""moe_infinity's eviction ranks (systems/moe_infinity/system.py): the resident keys by predicted
 reuse, the lowest one among the engine's evictable candidates, and the released code's
 alternative rank (`freq_decay_eviction`).
 
@@ -10,18 +10,16 @@ from __future__ import annotations
 
 import numpy as np
 
-from systems import moe_infinity_requests as requests
-
 _FEW = 8  # up to this many experts routed in the running layer, skipping them one by one is
 # cheaper than the walk of its block (batch 1 decodes route top_k)
 
 
-def lowest_evictable(ranks: np.ndarray, candidates=None) -> int:
+def lowest_evictable(ranks: np.ndarray, candidates=None, fast=None) -> int:
     """The key of lowest rank (ties: lowest key) among `candidates` if given; -1 if none.
     Skipped keys are set to inf while searching and restored after (the compiled kernel
-    when built: the same search in C)."""
-    if requests.FAST is not None:
-        return requests.FAST.lowest_evictable(ranks, candidates)
+    `fast`, kernels/fast.pyx: the same search in C)."""
+    if fast is not None:
+        return fast.lowest_evictable(ranks, candidates)
     skipped = []
     key = -1
     while True:
@@ -48,8 +46,8 @@ class ResidentRanks:
     Candidates.first_of and searches the other keys by argmin in a copy with the block at
     inf, instead of one argmin per key skipped."""
 
-    def __init__(self, num_keys: int, num_experts: int):
-        self.E = num_experts
+    def __init__(self, num_keys: int, num_experts: int, fast=None):
+        self.E, self.fast = num_experts, fast  # fast: kernels/fast.pyx or None (numpy)
         self.pen = np.full(num_keys, np.inf)  # 0 where resident: score + pen = ranks
         self.score = np.zeros(num_keys)
         self.layer = 0  # the running layer
@@ -100,7 +98,7 @@ class ResidentRanks:
         given; -1 if none."""
         ranks = self.ranks()
         if candidates is None or self.few:
-            return lowest_evictable(ranks, candidates)
+            return lowest_evictable(ranks, candidates, self.fast)
         blk = slice(self.layer * self.E, (self.layer + 1) * self.E)
         if self._order is None:  # stable: equal scores keep the lowest key first
             order = np.argsort(self.score[blk], kind="stable")
@@ -111,7 +109,7 @@ class ResidentRanks:
         first_of = getattr(candidates, "first_of", None)  # the engine's; a test's set lacks it
         inside = (first_of(self._order) if first_of is not None  # evictable: resident
                   else next((k for k in self._order if k in candidates), None))
-        outside = lowest_evictable(self._outside, candidates)
+        outside = lowest_evictable(self._outside, candidates, self.fast)
         if inside is None:
             return outside
         if outside < 0:

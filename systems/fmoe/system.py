@@ -20,12 +20,12 @@ divergences and the sweeps behind the defaults: docs/systems.md.
 
 Cost (every decision is that of the plain float64 rules, bit for bit): the m requests of an
 iteration are matched together, one pass over the layer's [E, maps] block per layer: compiled,
-exact float64 products of every map (systems/fmoe_fast.pyx, when built), else a float32
+exact float64 products of every map (systems/fmoe/kernels/fast.pyx, when built), else a float32
 product with exact float64 checks of the few maps that can be the best
-(expert_maps.observe_many); the store's replacement search likewise (expert_maps_rdy.py); the
+(maps.observe_many); the store's replacement search likewise (maps_rdy.py); the
 eviction state is python lists and its victim order is edited per change, not rebuilt, by
-compiled loops over those lists when built (fmoe_eviction.py, victim_order.py,
-fmoe_kernels.py); the per-hook work on predictions is python lists (fmoe_predictions.py).
+compiled loops over those lists when built (eviction.py, victim_order.py,
+kernels/); the per-hook work on predictions is python lists (predictions.py).
 """
 
 from __future__ import annotations
@@ -35,15 +35,16 @@ import numpy as np
 from core.blocks import block_expert_counts
 from core.knobs import bool_knob, float_knob, int_knob
 from systems.base import HISTORY_CAP, System
-from systems.expert_maps import (
+from systems.fmoe.eviction import EvictionScores
+from systems.fmoe.kernels import load_kernels
+from systems.fmoe.maps import (
     DECODE,
     PREFILL,
     ExpertMapStore,
     TrajectoryState,
     unit,
 )
-from systems.fmoe_eviction import EvictionScores
-from systems.fmoe_predictions import (
+from systems.fmoe.predictions import (
     LayerGroup,
     Prediction,
     from_store,
@@ -87,9 +88,10 @@ class FMoE(System):
         # Layers an iteration passes through: a decode step skips encoder MoE layers.
         self.active = {PREFILL: list(range(L)),
                        DECODE: [i for i, s in enumerate(ctx.moe_layer_stacks) if s != "encoder"]}
-        self.store = ExpertMapStore(self.capacity, L, E, self.d, self.active)
+        self.kernels = load_kernels(self.policy_kernels)  # compiled or python: the same bits
+        self.store = ExpertMapStore(self.capacity, L, E, self.d, self.active, self.kernels)
         self.pos = {k: {layer: i for i, layer in enumerate(v)} for k, v in self.active.items()}
-        self.scores = EvictionScores(L, E)
+        self.scores = EvictionScores(L, E, self.kernels)
         # The per-key eviction state (python lists; tests and describe() read them here).
         sc = self.scores
         self.p, self.freq, self.last_use, self.visits = sc.p, sc.freq, sc.last_use, sc.visits
@@ -217,7 +219,7 @@ class FMoE(System):
         return np.stack([(np.bincount(ids.ravel(), minlength=self.E) / max(ids.size, 1)
                           ).astype(np.float32) for ids in (per_request[r] for r, _ in members)])
 
-    # ---- eviction scores (systems/fmoe_eviction.py) ---------------------------------------
+    # ---- eviction scores (systems/fmoe/eviction.py) ---------------------------------------
     @property
     def vscore(self) -> np.ndarray:
         """p * freq where resident, else inf [L*E]."""
@@ -283,7 +285,7 @@ class FMoE(System):
         if self.ctx.max_batch == 1:
             return proposal(usable, self.pos[self.kind], self.pos_now)
         # several requests: predictions merged per layer; one key keeps its best place
-        self.grouped = groups(usable, self.grouped, self.ctx.top_k)
+        self.grouped = groups(usable, self.grouped, self.ctx.top_k, self.kernels)
         return merged_proposal(self.grouped, self.pos[self.kind], self.pos_now)
 
     def _admits(self, incoming: int, victim: int) -> bool:

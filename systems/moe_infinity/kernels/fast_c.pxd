@@ -1,8 +1,8 @@
-# The C helpers of moe_infinity's compiled kernels (systems/moe_infinity_fast.h), declared once
-# for systems/moe_infinity_fast.pyx and systems/moe_infinity_rows.pyx; pointers are into one
+# The C helpers of moe_infinity's compiled kernels (fast.h), declared once for fast.pyx and
+# rows.pyx (systems/moe_infinity/kernels); pointers are into one
 # table row ([L*E] planes, acc [L*E + L]). Declarations only: nothing to import at run time.
 
-cdef extern from "moe_infinity_fast.h":
+cdef extern from "fast.h":
     void mi_blend(const double* p, const double* own, const double* mix, double* out,
                   Py_ssize_t lo, Py_ssize_t hi) noexcept nogil
     void mi_axpy(double* y, double a, const double* x, Py_ssize_t n) noexcept nogil

@@ -1,9 +1,9 @@
-"""fMoE's expert-map store (systems/fmoe.py): maps [L, E] with prompt embeddings, RDY
+"""fMoE's expert-map store (systems/fmoe/system.py): maps [L, E] with prompt embeddings, RDY
 de-duplication, semantic and incremental trajectory matching, and the delta rule.
 
 Kept apart from the policy so the matching can be timed and tested on its own
 (`ExpertMapStore.match`). numpy, and the compiled trajectory step where built
-(fmoe_kernels.py).
+(kernels/fast.pyx).
 
 Portable (docs/trace-format.md, "Portable determinism"): maps, queries and unit vectors are
 float64 on the grid of multiples of 2**-24 (float16 probabilities already are), so every
@@ -12,7 +12,7 @@ product of two is a multiple of 2**-48 and every BLAS dot product of probability
 with any BLAS kernel, summation order or batching (a GEMM over several queries gives each
 the bits of its own product). Sums over layers and the rest are elementwise, in a fixed
 order. The two large products, trajectory matching against a large store
-(expert_maps_trajectory.py) and the replacement search (expert_maps_rdy.py), run in float32
+(maps_trajectory.py) and the replacement search (maps_rdy.py), run in float32
 under a proven error bound and recompute exactly the few rows that can win: the same choices.
 """
 
@@ -23,22 +23,11 @@ import bisect
 import numpy as np
 
 from core.numerics import on_grid
-from systems import fmoe_kernels
-from systems.expert_maps_rdy import ChunkRedundancy
-from systems.expert_maps_trajectory import TrajectoryState, observe
+from systems.fmoe.maps_rdy import ChunkRedundancy
+from systems.fmoe.maps_trajectory import TrajectoryState, observe
 
 PREFILL, DECODE = 0, 1
 GRID_BITS = 24  # maps, queries and unit vectors: multiples of 2**-24
-
-
-def select_experts(row: np.ndarray, score: float, top_k: int) -> np.ndarray:
-    """Ids of the smallest most-probable set with probability sum >= delta = clip(1 - score,
-    0, 1), at least top_k; most probable first, ties by lowest id. row: [E] probabilities."""
-    delta = min(1.0, max(0.0, 1.0 - float(score)))
-    order = np.argsort(-row, kind="stable")
-    mass = np.cumsum(row[order], dtype=np.float64)
-    count = min(max(int(np.count_nonzero(mass < delta)) + 1, top_k), len(row))
-    return order[:count]
 
 
 def unit(v: np.ndarray) -> np.ndarray:
@@ -56,14 +45,14 @@ class ExpertMapStore:
     step skips encoder layers); trajectory prefixes follow that order. Default: all layers."""
 
     def __init__(self, capacity: int, num_layers: int, num_experts: int, distance: int,
-                 active: dict[int, list[int]] | None = None):
+                 active: dict[int, list[int]] | None = None, fast=None):
         self.capacity, self.L, self.E, self.distance = capacity, num_layers, num_experts, distance
         self.w_sem = distance / num_layers  # RDY weight of the semantic term
         self.active = active or {PREFILL: list(range(num_layers)),
                                  DECODE: list(range(num_layers))}
         self.maps = np.zeros((num_layers, capacity, num_experts))  # layer-major, on the grid
         # The same values expert-major and float32, [L, E, capacity]: a trajectory step on a
-        # large store streams one layer's [E, n] block (expert_maps_trajectory). Read it by
+        # large store streams one layer's [E, n] block (maps_trajectory). Read it by
         # float32_cols(): not kept while the float16 copy (cols16, below) serves instead.
         self._cols32: np.ndarray | None = None
         # Per row and layer, for the delta rule: ids by probability (descending, ties lowest
@@ -81,9 +70,10 @@ class ExpertMapStore:
         self.n = 0
         self.replaced = 0
         # float32 holds the maps exactly (grid values in [-1, 1]): the compiled trajectory step
-        # (fmoe_kernels) may read it for exact products; a map outside that range turns it off
+        # (fast: kernels/fast.pyx; None: python) may read it for exact products; a map
+        # outside that range turns it off
         self.exact32 = True
-        self.fast = fmoe_kernels.FAST
+        self.fast = fast
         # While every map is exact in float16 (router probabilities are), the compiled step
         # streams this copy [L, E, capacity] (float16 bits): half the bytes of float32.
         self.cols16 = (None if self.fast is None or not self.fast.HALF_OK else
@@ -226,7 +216,7 @@ class ExpertMapStore:
         """Add the queries' probabilities [m, E] at active layer number `pos` of their kind
         (layers skipped count as zero rows); returns (map index [m], cosine over the prefix
         [m]) as lists, those of float64 dot products (the first best index on ties); see
-        expert_maps_trajectory."""
+        maps_trajectory."""
         return observe(self, state, pos, queries)
 
     def observe(self, state: TrajectoryState, pos: int, q: np.ndarray):

@@ -1,5 +1,5 @@
-/* C helpers of moe_infinity's compiled kernels (systems/moe_infinity_fast.pyx, one row;
- * systems/moe_infinity_rows.pyx, a batch's member rows): elementwise loops and the top-m
+/* C helpers of moe_infinity's compiled kernels (systems/moe_infinity/kernels/fast.pyx, one row;
+ * systems/moe_infinity/kernels/rows.pyx, a batch's member rows): elementwise loops and the top-m
  * insertion, shared so both give the same bits. */
 #ifndef MOE_INFINITY_FAST_H
 #define MOE_INFINITY_FAST_H

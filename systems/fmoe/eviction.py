@@ -1,13 +1,13 @@
-"""fMoE's eviction scores (systems/fmoe.py): per key, the latest predicted probability p, the
+"""fMoE's eviction scores (systems/fmoe/system.py): per key, the latest predicted probability p, the
 access count freq, the last use and the protection penalty, and the victim order over
-(p * freq + penalty where resident, else inf; last use; key) (systems/victim_order.py).
+(p * freq + penalty where resident, else inf; last use; key) (systems/fmoe/victim_order.py).
 
 Per-key state is python lists: the hooks touch a few keys at a time (a layer's routed
 experts, a prediction's keys, a load), where a list index costs a fraction of a numpy
 scalar access, and a prediction's block of E keys is a list slice. Python floats are IEEE
 doubles, so p * freq + penalty has the bits numpy's float64 arrays gave. Changes are
 recorded and the victim order is edited once, when a victim is next asked for (`flush`);
-numpy arrays are built only to rebuild the order (rare). Where built (fmoe_kernels.py), the
+numpy arrays are built only to rebuild the order (rare). Where built (kernels/fast.pyx), the
 per-key loops (a use, a protection, the flush's edit, the order's update) run compiled over
 these same lists, with the same double operations.
 """
@@ -18,8 +18,7 @@ import math
 
 import numpy as np
 
-from systems import fmoe_kernels
-from systems.victim_order import VictimOrder
+from systems.fmoe.victim_order import VictimOrder
 
 # Added to the p * freq (<= 1 * iterations) of protected keys: a prefetch never evicts them,
 # a demand fetch only as a last resort.
@@ -27,7 +26,7 @@ PROTECTED_TIER = 1e12
 
 
 class EvictionScores:
-    def __init__(self, num_layers: int, num_experts: int):
+    def __init__(self, num_layers: int, num_experts: int, fast=None):
         n, self.E = num_layers * num_experts, num_experts
         self.p = [1.0 / num_experts] * n  # latest predicted probability; 1/E before any
         self.freq = [0.0] * n  # accesses since the run began
@@ -42,8 +41,7 @@ class EvictionScores:
         self.raised: set[int] = set()
         self.moved: set[int] = set()
         self.layers: set[int] = set()
-        # The compiled loops (fmoe_kernels), over these same lists; None: the python ones.
-        fast = fmoe_kernels.FAST
+        # The compiled loops (fast: kernels/fast.pyx), over these same lists; None: python.
         self.kernel = None if fast is None else fast.ScoreKernel(self)
         self.victims.fast = fast
 

@@ -1,4 +1,4 @@
-"""fMoE's predictions (systems/fmoe.py) and the small per-hook work on them: the prefetch
+"""fMoE's predictions (systems/fmoe/system.py) and the small per-hook work on them: the prefetch
 proposal and the expected use of proposed keys.
 
 A prediction names k to E keys of one layer, so the work per hook is a few dozen numbers:
@@ -9,8 +9,6 @@ cheaper there than numpy's per-call overhead, and give the same values and order
 from __future__ import annotations
 
 import numpy as np
-
-from systems import fmoe_kernels
 
 
 class Prediction:
@@ -54,7 +52,7 @@ def from_store(store, layer: int, idx: list[int], score: list[float], ready_ms: 
     (lists): the store may replace them while a prediction waits."""
     one = len(idx) == 1
     pick = score if delta else [1.0] * len(idx)
-    if one and store.fast is not None:  # compiled: the same lists (fmoe_kernels)
+    if one and store.fast is not None:  # compiled: the same lists (kernels/fast.pyx)
         j = idx[0]
         got = store.fast.delta_one(store.mass[layer, j], store.order[layer, j],
                                    store.maps[layer, j], pick[0], top_k, smooth,
@@ -108,10 +106,10 @@ class LayerGroup:
 
     __slots__ = ("preds", "best_p", "use")
 
-    def __init__(self, preds: list[Prediction], top_k: int):
+    def __init__(self, preds: list[Prediction], top_k: int, fast=None):
         self.preds = preds
-        if fmoe_kernels.FAST is not None:  # compiled: the same tables
-            self.best_p, self.use = fmoe_kernels.FAST.group_tables(preds, top_k)
+        if fast is not None:  # compiled (kernels/fast.pyx): the same tables
+            self.best_p, self.use = fast.group_tables(preds, top_k)
             return
         best: dict[int, float] = {}
         for x in preds:
@@ -123,16 +121,16 @@ class LayerGroup:
 
 
 def groups(usable: list[Prediction], cache: dict[int, LayerGroup],
-           top_k: int) -> dict[int, LayerGroup]:
+           top_k: int, fast=None) -> dict[int, LayerGroup]:
     """The usable predictions grouped by layer; groups whose predictions are unchanged are
-    taken from `cache`, which is replaced by the result."""
+    taken from `cache`, which is replaced by the result (fast: as LayerGroup takes it)."""
     by_layer: dict[int, list[Prediction]] = {}
     for x in usable:
         by_layer.setdefault(x.layer, []).append(x)
     out = {}
     for layer, preds in by_layer.items():
         g = cache.get(layer)
-        out[layer] = g if g is not None and g.preds == preds else LayerGroup(preds, top_k)
+        out[layer] = g if g is not None and g.preds == preds else LayerGroup(preds, top_k, fast)
     cache.clear()
     cache.update(out)
     return out

@@ -1,17 +1,17 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
 # cython: initializedcheck=False
-"""moe_infinity's batch path (systems/moe_infinity_batch.py) in one compiled call per
+"""moe_infinity's batch path (systems/moe_infinity/batch.py) in one compiled call per
 batch-layer and step: a loop over the member rows that does what the per-row calls of
-RequestTable (systems/moe_infinity_requests.py) do, reading and writing the rows'
+RequestTable (systems/moe_infinity/requests.py) do, reading and writing the rows'
 RequestState flags (best, summed, stale, new_p, own_dirty, q_layers, reached) directly.
 Python then does O(1) calls per batch-layer instead of O(rows); the per-row python call
 cost more than its C arithmetic.
 
-The same bits as the numpy path and the per-row kernels (systems/moe_infinity_fast.pyx,
-sharing systems/moe_infinity_fast.h): token counts, their dot products and sums are
+The same bits as the numpy path and the per-row kernels (systems/moe_infinity/kernels/fast.pyx,
+sharing systems/moe_infinity/kernels/fast.h): token counts, their dot products and sums are
 integers held in doubles (exact in any order), every other value is the same sequence of
 IEEE double operations (built with -ffp-contract=off), and rankings break ties by the lowest
-index. tests/test_moe_infinity_fast.py checks the batch path with and without it.
+index. tests/systems/test_moe_infinity_fast.py checks the batch path with and without it.
 """
 
 cimport cython
@@ -20,10 +20,10 @@ from libc.math cimport sqrt
 
 import numpy as np
 
-from systems.moe_infinity_fast_c cimport *  # the C helpers, MAX_TOP, the planes
+from systems.moe_infinity.kernels.fast_c cimport *  # the C helpers, MAX_TOP, the planes
 
 cdef enum:
-    ALL = -2  # RequestState.own_dirty: several layers changed (moe_infinity_requests.ALL)
+    ALL = -2  # RequestState.own_dirty: several layers changed (requests.ALL)
     NONE = -1  # RequestState.own_dirty: nothing changed
 
 
@@ -33,7 +33,7 @@ ctypedef fused expert_id:  # the trace's top-k dtypes (core/trace.py)
 
 
 def bincount_rows(list rows, Py_ssize_t num_experts):
-    """moe_infinity_batch.bincount_rows: tokens per expert [R, E] (float64, integers) of R
+    """batch.bincount_rows: tokens per expert [R, E] (float64, integers) of R
     requests' top-k ids ([tokens, k] each), counted in one pass; None when an array is not
     the trace's uint8 or uint16 (the numpy code counts those)."""
     cdef Py_ssize_t i
@@ -82,7 +82,7 @@ cdef class TableKernel:
         self.apart, self.tab = tab.iteration_query, tab
 
     def add(self, list states, Py_ssize_t layer, const double[:, :] counts):
-        """moe_infinity_batch.add_counts: one layer's counts [R, E] of the member rows
+        """batch.add_counts: one layer's counts [R, E] of the member rows
         (query, EAM, |q|^2, and the own shares of the layer with their variance)."""
         cdef Py_ssize_t i, e, r, key, base = layer * self.E
         cdef double cnt, old, d, total
@@ -119,7 +119,7 @@ cdef class TableKernel:
 
     def match(self, list states, const double[:, ::1] cols, Py_ssize_t layer,
               const double[:, :] counts, const double[::1] inv_norm, Py_ssize_t n, int m):
-        """moe_infinity_batch.match (m <= MAX_TOP): each row's dot products gain its nonzero
+        """batch.match (m <= MAX_TOP): each row's dot products gain its nonzero
         counts [R, E] of `layer`, its m best slots of dots * inv_norm over the first n
         become its best (stale when they changed). Returns each row's best cosine."""
         cdef Py_ssize_t i, e, j, r, base = layer * self.E
@@ -144,7 +144,7 @@ cdef class TableKernel:
         return out
 
     def predict_blend(self, list states, c):
-        """moe_infinity_batch.predict_and_blend: predict_one for the stale rows (of the
+        """batch.predict_and_blend: predict_one for the stale rows (of the
         EAMC `c`), then blend_one for every row (with the prediction: in its pass).
         Returns the rows' blend, max over them [L*E] (a new array)."""
         cdef Py_ssize_t i, r

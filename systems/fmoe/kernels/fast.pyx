@@ -1,11 +1,11 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
-"""Compiled twins of fMoE's hottest per-hook loops (systems/fmoe_kernels.py chooses): the
-eviction scores' edits (fmoe_eviction.py), the victim order's update (victim_order.py) and
-the trajectory step (expert_maps_trajectory.py). They read and write the same python lists
+"""Compiled twins of fMoE's hottest per-hook loops (systems/fmoe/kernels chooses): the
+eviction scores' edits (eviction.py), the victim order's update (victim_order.py) and
+the trajectory step (maps_trajectory.py). They read and write the same python lists
 and give the same values: the scores are the same IEEE double operations, one rounding each
 (built with -ffp-contract=off: no fused multiply-add), and the trajectory dot products are
-exact (grid values, see expert_maps), so any summation order gives the same bits.
-tests/test_fmoe_fast.py runs both paths."""
+exact (grid values, see maps), so any summation order gives the same bits.
+tests/systems/test_fmoe_fast.py runs both paths."""
 
 from bisect import insort
 
@@ -13,14 +13,14 @@ from libc.math cimport INFINITY, sqrt
 from libc.stdlib cimport calloc, free
 
 
-cdef extern from "fmoe_fast_step.h":
+cdef extern from "fast_step.h":
     void fmoe_traj_add(double *row, const float *cols, long stride, const double *q, long E,
                        long n) nogil
     void fmoe_traj_add16_many(double *dots, long ldd, const unsigned short *bits, long stride,
                               const double *q, long m, long E, long n) nogil
     int fmoe_half_ok()
 
-# traj_step16 needs F16C (fmoe_fast_step.h); without it stores keep no float16 copy
+# traj_step16 needs F16C (kernels/fast_step.h); without it stores keep no float16 copy
 HALF_OK = bool(fmoe_half_ok())
 
 
@@ -213,9 +213,9 @@ def order_update(list entries, long key, double score, long last_use, long keep)
 
 def traj_step(const float[:, ::1] cols, const double[:, ::1] q, double[:, ::1] dots,
               const float[::1] inv, list query_sq):
-    """expert_maps_trajectory.observe's step for m queries q [m, E] against n maps: dots
+    """maps_trajectory.observe's step for m queries q [m, E] against n maps: dots
     [m, n] += q . cols [E, >= n] (float32 map values, exact on the grid: the products and
-    sums are exact doubles, fmoe_fast_step.h), query_sq [m] += |q|^2 (exact); returns (index
+    sums are exact doubles, kernels/fast_step.h), query_sq [m] += |q|^2 (exact); returns (index
     [m], cosine [m]) of each query's first largest dots * inv, cosine = that / |query|."""
     cdef Py_ssize_t i
     for i in range(dots.shape[0]):
@@ -274,7 +274,7 @@ def first_victim(list entries, candidates, bint demand, double tier):
 
 def delta_one(const float[::1] mass, const int[::1] order, const double[::1] row,
               double score, long top_k, double smooth, long lo, bint many=False):
-    """expert_maps.delta_ids and from_store's prediction parts for one stored row: None for a
+    """maps.delta_ids and from_store's prediction parts for one stored row: None for a
     row without tokens, else (keys, probabilities, row) as lists; the row smoothed toward
     1 / E by `smooth` (0: as stored), by numpy's operations in the same order. many: as
     delta_ids_many counts (every mass below delta; a live row's last mass is > 0)."""

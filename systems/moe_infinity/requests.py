@@ -1,11 +1,11 @@
-"""The running requests of moe_infinity (systems/moe_infinity.py): their EAMs, queries, dot
+"""The running requests of moe_infinity (systems/moe_infinity/system.py): their EAMs, queries, dot
 products with the EAMC, matches, predicted EAMs and blended reuse, one table row per request.
 
 Rows let one MoE layer update every member request of a batch with a few array operations
-(systems/moe_infinity_batch.py). This module holds the table and the path of a single request
+(systems/moe_infinity/batch.py). This module holds the table and the path of a single request
 (batch 1, the common case), which works on views made once per row and does the few-element
 work (the k routed experts, the m matched entries) in python: a numpy call costs more than
-such work; when built, the compiled kernels (systems/moe_infinity_fast.pyx, one RowKernel
+such work; when built, the compiled kernels (systems/moe_infinity/kernels/fast.pyx, one RowKernel
 per row) do that path's arithmetic in C loops instead, with the same bits. It skips what
 cannot change a value: the predicted EAM when the matched set is the same (only the order
 moved), the sum of matched rows for the entries that stayed, the blend and the variance
@@ -27,16 +27,8 @@ import math
 
 import numpy as np
 
-from systems.eamc import EAMC
-
-try:  # built in place by `pip install -e .` (setup.py); absent without a C compiler
-    from systems import moe_infinity_fast as FAST
-except ImportError:
-    FAST = None  # the numpy code below runs instead (the same bits)
-try:  # the batch path's member rows in one call (systems/moe_infinity_batch.py)
-    from systems import moe_infinity_rows as ROWS
-except ImportError:
-    ROWS = None
+from systems.moe_infinity.eamc import EAMC
+from systems.moe_infinity.kernels import PYTHON, Kernels
 
 ARGMAX_TOP = 8  # match_top up to this: repeated argmax; above: a stable sort
 # planes of RequestTable.parts: the predicted EAM P and its variance terms per key
@@ -96,8 +88,9 @@ class RowViews:
         self.blend_b = [self.blend[b] for b in blocks]
         self.share_b, self.pvar_b, self.keep2_b, self.own_var_b, self.var_b = (
             [plane[b] for b in blocks] for plane in self.parts)
-        # the compiled arithmetic of the row (FAST read now: tests switch it off)
-        self.kernel = FAST.RowKernel(tab, r) if FAST is not None else None
+        # the compiled arithmetic of the row (the table's kernels; None: numpy)
+        fast = tab.kernels.fast
+        self.kernel = fast.RowKernel(tab, r) if fast is not None else None
 
 
 class RequestTable:
@@ -118,8 +111,9 @@ class RequestTable:
     """
 
     def __init__(self, num_layers: int, num_experts: int, capacity: int, own_weight: float,
-                 iteration_query: bool, rows: int = 1):
+                 iteration_query: bool, rows: int = 1, kernels: Kernels = PYTHON):
         self.L, self.E, self.capacity = num_layers, num_experts, capacity
+        self.kernels = kernels  # systems/moe_infinity/kernels: compiled, or PYTHON (numpy)
         self.own_weight, self.iteration_query = own_weight, iteration_query
         self.rows = 0
         self.free: list[int] = []
@@ -143,8 +137,10 @@ class RequestTable:
         self.free.extend(range(rows - 1, old - 1, -1))  # popped lowest first
         self.rows = rows
         self.views = [RowViews(self, r) for r in range(rows)]
-        # the batch path's compiled rows, with the per-row kernels (tests switch FAST off)
-        self.kernel = ROWS.TableKernel(self) if FAST is not None and ROWS is not None else None
+        # the batch path's compiled rows, with the per-row kernels
+        fast, rows_kernel = self.kernels
+        self.kernel = (rows_kernel.TableKernel(self) if fast is not None and rows_kernel is not None
+                       else None)
 
     def new_state(self) -> RequestState:
         if not self.free:

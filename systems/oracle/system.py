@@ -13,7 +13,6 @@ loads. Needs a schedule that does not depend on timing
 
 from __future__ import annotations
 
-import heapq
 from array import array
 
 import numpy as np
@@ -21,51 +20,16 @@ import numpy as np
 from core.access import access_sequence
 from core.knobs import int_knob
 from systems.base import System
-
-try:  # optional: absent without a compiler, then the plan is the python reference's
-    from systems.belady_fast import belady_plan_arrays as FAST_PLAN
-except ImportError:
-    FAST_PLAN = None
+from systems.oracle.kernels import load_kernels
+from systems.oracle.rule import belady_plan
 
 
-def belady_plan(keys: list[int], next_use: list[int], capacity: int):
-    """MIN with `capacity` slots over `keys` (next_use: core.access.AccessSequence.next_use).
-    Returns (preload keys, [(pos, key, victim, victim_last_pos)]); ties between keys never used
-    again: the lowest key leaves first."""
-    n, width = len(keys), max(keys, default=0) + 1
-    # One int per heap entry, ordered as (-next use, key): (n - next use) * width + key, a
-    # never-used-again key counting as next use n. Lazily invalidated: an entry is current
-    # while it equals the key's code in `resident`.
-    resident: dict[int, int] = {}  # key -> its current code
-    last: dict[int, int] = {}  # key -> its last position so far
-    heap: list[int] = []
-    preload, plan = [], []
-    push, pop = heapq.heappush, heapq.heappop
-    for p, key in enumerate(keys):
-        if key not in resident:
-            if len(resident) < capacity:
-                preload.append(key)
-            else:
-                while True:
-                    code = pop(heap)
-                    victim = code % width
-                    if resident.get(victim) == code:
-                        break
-                del resident[victim]
-                plan.append((p, key, victim, last[victim]))
-        nu = next_use[p]
-        code = (n - (nu if nu < n else n)) * width + key
-        resident[key] = code
-        last[key] = p
-        push(heap, code)
-    return preload, plan
-
-
-def belady_plan_columns(keys: np.ndarray, next_use: np.ndarray, capacity: int, fast=True):
-    """`belady_plan` as (preload keys, load keys, victims, victims' last positions), lists
-    but the last (int64 array); compiled when systems/belady_fast is built and `fast`."""
-    if fast and FAST_PLAN is not None:
-        pre, key, victim, victim_last = FAST_PLAN(keys, next_use, capacity)
+def belady_plan_columns(keys: np.ndarray, next_use: np.ndarray, capacity: int, fast=None):
+    """`belady_plan` (rule.py) as (preload keys, load keys, victims, victims' last
+    positions), lists but the last (int64 array); fast: the compiled plan (kernels/plan.pyx,
+    the same plan), None: the python rule."""
+    if fast is not None:
+        pre, key, victim, victim_last = fast.belady_plan_arrays(keys, next_use, capacity)
         return pre.tolist(), key.tolist(), victim.tolist(), victim_last
     preload, plan = belady_plan(keys.tolist(), next_use.tolist(), capacity)
     cols = list(zip(*plan)) or [(), (), (), ()]
@@ -85,7 +49,8 @@ class Oracle(System):
         super().bind(ctx)
         seq = access_sequence(ctx.trace, ctx.max_batch)
         self.preload, self.plan_key, self.plan_victim, victim_last = belady_plan_columns(
-            seq.keys_array, seq.next_use_array, ctx.capacity_slots)
+            seq.keys_array, seq.next_use_array, ctx.capacity_slots,
+            load_kernels(self.policy_kernels))
         # The block of each victim's last use; array('q'): 8 bytes per load, not an int object
         self.victim_last_block = array("q", (np.searchsorted(
             seq.block_starts_array, victim_last, side="right") - 1).tobytes())

@@ -1,6 +1,6 @@
 # cython: boundscheck=False, wraparound=False, cdivision=True, initializedcheck=False
-"""Belady's MIN plan compiled: the same plan as systems/oracle.py's `belady_plan` (the python
-reference; tests/test_belady_fast.py asserts equal plans), over int64 arrays.
+"""Belady's MIN plan compiled: the same plan as systems/oracle/system.py's `belady_plan` (the python
+reference; tests/systems/test_belady_fast.py asserts equal plans), over int64 arrays.
 
 A binary min-heap of int64 codes (n - next use) * width + key, lazily invalidated as in the
 reference (an entry is current while it equals cur[key]); rebuilt from the residents when it

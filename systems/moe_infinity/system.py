@@ -1,6 +1,6 @@
 """moe_infinity: MoE-Infinity (Xue et al., arXiv 2401.14361): expert activation matrices (EAM)
-matched against a fixed-capacity collection of finished requests' EAMs (EAMC, systems/eamc.py)
-drive prefetch and eviction.
+matched against a fixed-capacity collection of finished requests' EAMs (EAMC,
+systems/moe_infinity/eamc.py) drive prefetch and eviction.
 
 EAM of a request: counts [L, E] of tokens routed to each expert at each layer, over prefill and
 decode. EAMC: `eamc_capacity` EAMs of finished requests (warmed from the calibration split, then
@@ -25,8 +25,8 @@ docs/systems.md, "moe_infinity: choices and divergences".
 
 Matching is incremental: the dot products with every stored EAM gain the layer's new counts
 only, and cosine uses per-entry prefix norms. Requests live in table rows (one request:
-systems/moe_infinity_requests.py; a batch: systems/moe_infinity_batch.py), eviction ranks in
-systems/moe_infinity_ranks.py. Only what changed is recomputed (the predicted EAM when the
+systems/moe_infinity/requests.py; a batch: systems/moe_infinity/batch.py), eviction ranks in
+systems/moe_infinity/ranks.py. Only what changed is recomputed (the predicted EAM when the
 matched set changed, the blend where own counts changed, variances where admission needs
 them), with the same bits as the plain formulas (integer sums exact, the same IEEE operations).
 """
@@ -38,17 +38,17 @@ import math
 import numpy as np
 
 from core.knobs import bool_knob, float_knob, int_knob
-from systems import moe_infinity_batch as batch
-from systems import moe_infinity_propose as propose
 from systems.base import HISTORY_CAP, System
-from systems.eamc import EAMC, request_eams
-from systems.moe_infinity_ranks import (
+from systems.moe_infinity import batch, propose
+from systems.moe_infinity.eamc import EAMC, request_eams
+from systems.moe_infinity.kernels import load_kernels
+from systems.moe_infinity.ranks import (
     ResidentRanks,
     lowest_evictable,
     released_layer_factor,
     released_priority,
 )
-from systems.moe_infinity_requests import VAR, RequestState, RequestTable
+from systems.moe_infinity.requests import VAR, RequestState, RequestTable
 
 _RESIDENT = 2**62  # gate value of a resident key: above every iteration index
 
@@ -83,8 +83,9 @@ class MoEInfinity(System):
         super().bind(ctx)
         L, E = ctx.num_layers, ctx.num_experts
         self.eamc = EAMC(self.capacity, L, E)
+        self.kernels = load_kernels(self.policy_kernels)  # compiled or python: the same bits
         self.table = RequestTable(L, E, self.capacity, self.own_weight, self.iteration_query,
-                                  rows=ctx.max_batch)
+                                  rows=ctx.max_batch, kernels=self.kernels)
         self.active: dict[int, RequestState] = {}
         self.resident = np.zeros(L * E, dtype=bool)
         self.n_resident = 0
@@ -96,7 +97,8 @@ class MoEInfinity(System):
         self._var_src: list[RequestState] | np.ndarray | None = None
         self._score_key: object = None
         self._prior: tuple[np.ndarray, np.ndarray] | None = None  # whole collection: P, var
-        self.ranks = ResidentRanks(L * E, E)  # eviction ranks by score (not freq_decay)
+        # eviction ranks by score (not freq_decay)
+        self.ranks = ResidentRanks(L * E, E, self.kernels.fast)
         # [L*E] 0 where _propose may queue the key, -inf where the gate holds it back
         self._apen = np.zeros(L * E)
         # weight[i] for the current layer l = i - 1: 1 - d/L, d = layers ahead (cyclic), 0 at d = 0
@@ -125,7 +127,7 @@ class MoEInfinity(System):
         iq = self.iteration_query if iteration_query is None else iteration_query
         ctx = self.ctx
         return RequestTable(ctx.num_layers, ctx.num_experts, self.capacity, self.own_weight,
-                            iq).new_state()
+                            iq, kernels=self.kernels).new_state()
 
     def observe(self, st: RequestState, layer: int, ids: list[int], counts: list[int],
                 prefill: bool, iteration: int = -1) -> None:
@@ -252,13 +254,14 @@ class MoEInfinity(System):
             return self.ranks.lowest(candidates)
         rank = released_priority(self.score, self.freq * self.resident,
                                  self.topo[self.layer_now])
-        return lowest_evictable(np.where(self.resident, rank, np.inf), candidates)
+        return lowest_evictable(np.where(self.resident, rank, np.inf), candidates,
+                                self.kernels.fast)
 
     def _admits(self, incoming: int, victim: int) -> bool:
         """Hysteresis: a prefetch of `incoming` displaces `victim` only if its predicted reuse
         exceeds the victim's by more than `admit_margin` standard errors of the difference,
         sqrt(var_in + var_victim). Python floats: the same IEEE operations as
-        moe_infinity_propose.admitted's."""
+        propose.admitted's."""
         if self.admit_margin is None:
             return True  # the paper's rule: a prefetch evicts the lowest-reuse resident
         var_in, var_victim = self._var_of(incoming), self._var_of(victim)
@@ -281,7 +284,8 @@ class MoEInfinity(System):
         margin = 0.0 if self.admit_margin is None else self.admit_margin  # unread without victim
         self.proposal = propose.proposal(self.score, self.weight[layer + 1], self._apen, victim,
                                          margin, self.max_proposal,
-                                         self._var_rows(), self._var_of, self._var_at)
+                                         self._var_rows(), self._var_of, self._var_at,
+                                         self.kernels.fast)
 
     def _var_rows(self) -> tuple[np.ndarray | None, list[int]]:
         """The variances as propose.proposal takes them: (plane, rows), max over the rows."""
