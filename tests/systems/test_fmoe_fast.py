@@ -9,8 +9,9 @@ import numpy as np
 import pytest
 from test_golden_systems import table_sha
 
+from harness.runner.assembly import assemble
 from harness.runner.config import compose_config
-from harness.runner.run import run_config
+from harness.runner.run import execute
 from systems import fmoe_kernels
 from systems.expert_maps import DECODE, PREFILL, ExpertMapStore, TrajectoryState
 from systems.expert_maps_trajectory import SMALL_STORE
@@ -165,9 +166,9 @@ def test_runs_with_a_large_store_equal_python(batch, python_only, tmp_path):
 
     def run(name):
         cfg = compose_config(overrides, run_name=name, results_dir=str(tmp_path))
-        result = run_config(cfg)
-        assert result["status"] == "valid"
-        return result["metrics"], table_sha(tmp_path / result["_run_dir"])
+        result = execute(assemble(cfg))
+        assert result.status == "valid"
+        return result.metrics, table_sha(result.run_dir)
 
     fast = run("fast")
     python_only()

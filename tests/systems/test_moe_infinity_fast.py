@@ -10,12 +10,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from core.specs import hardware_spec_from_dict, model_spec_from_dict
+from harness.runner.assembly import assemble, build_engine
 from harness.runner.config import compose_config
-from harness.runner.run import load_routing
-from harness.sim.backend_sim import SimBackend
-from harness.sim.engine import Engine
-from harness.sim.memory import plan_memory
 from systems import moe_infinity_propose as propose
 from systems import moe_infinity_requests as requests
 from systems.moe_infinity import MoEInfinity
@@ -32,15 +28,11 @@ def _run(batch: int, knobs: dict, fast: bool, monkeypatch, rows: bool = True) ->
     TableKernel of systems/moe_infinity_rows.pyx on the batch path)."""
     monkeypatch.setattr(requests, "FAST", requests.FAST if fast else None)
     monkeypatch.setattr(requests, "ROWS", requests.ROWS if rows else None)
-    cfg = compose_config(BASE + [f"max_batch={batch}"])
-    model = model_spec_from_dict(cfg["model"], "model")
-    hw = hardware_spec_from_dict(cfg["hardware"], "hardware")
-    trace = load_routing(cfg, model, "measure")
-    max_ctx = int(np.max(trace.prompt_len.astype(np.int64) + trace.output_len))
-    plan = plan_memory(model, hw, max_ctx, batch, cfg["expert_cache_gb"])
     system = MoEInfinity(eamc_capacity=10, **knobs)
-    engine = Engine(model, SimBackend(model, hw), trace, system, plan.expert_cache_bytes, batch)
-    system.warmup(load_routing(cfg, model, "calibration", cfg["calibration_requests"]))
+    run = assemble(compose_config(BASE + [f"max_batch={batch}"]), system=system,
+                   all_fields=True)
+    engine = build_engine(run)
+    system.warmup(run.calibration)
     rec = engine.run()
     tab = system.table
     rows = {name: getattr(tab, name).copy() for name in
