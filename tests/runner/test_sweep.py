@@ -117,7 +117,7 @@ def test_a_rejected_value_fails_its_job_and_the_others_run(tmp_path):
     from analysis.runs import collect  # a report notes the failure and misses its row
 
     table = collect(tmp_path / "r" / "default", allow_partial=True)
-    assert [r["_folder"] for r in table.results] == [good.name]
+    assert [r.folder for r in table.results] == [good.name]
     assert table.missing == ["on_demand (expert_cache_gb=40)"]
     assert table.notes == [f"failed (failure record): {bad.name}: {failed['reason']}"]
     # the same value in a single run: a clear error, exit 2, nothing written
