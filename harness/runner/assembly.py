@@ -73,6 +73,7 @@ def assemble(cfg: dict, memo: RunMemo | None = None, *, model: ModelSpec | None 
     trace = check_shape(load_routing(cfg, model, "measure", fields=fields, memo=memo), model)
     settings = EngineSettings.of(cfg)
     plan = memory_plan(model, hw, trace, settings.max_batch, cfg.get("expert_cache_gb"))
+    planned = time.perf_counter()
     oom = oom_reason(model, hw, plan, system)
     calib = None
     if oom is None and system.needs_calibration():
@@ -80,7 +81,7 @@ def assemble(cfg: dict, memo: RunMemo | None = None, *, model: ModelSpec | None 
                                          fields=fields, memo=memo), model)
     return Run(cfg=cfg, run_dir=run_dir, model=model, hw=hw, system=system, trace=trace,
                calibration=calib, plan=plan, engine=settings, oom=oom, memo=memo,
-               started=started)
+               started=started, planned=planned)
 
 
 def build_engine(run: Run, system: System | None = None) -> Engine:

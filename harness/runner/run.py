@@ -39,7 +39,6 @@ def execute(run: Run) -> Result:
     failure record may be written (harness/runner/sweep.py). Loggers are the caller's too:
     they run after this returns, outside the job's `timeout_s`."""
     result = _header(run)
-    t_engine = time.perf_counter()
     engine = None if run.oom else build_engine(run)
     with RunLock(run.run_dir):
         # An exception here (EngineError, a full disk, ...) leaves the folder as it was; the
@@ -47,7 +46,7 @@ def execute(run: Run) -> Result:
         tables, times = _simulate(run, engine, result) if engine is not None else (None, {})
         result.trace = _trace_info(run.trace, run.system)
         result.calibration_trace = _trace_info(run.calibration)
-        result.timing = _timing(run, result, t_engine, times, engine)
+        result.timing = _timing(run, result, times, engine)
         commit(run.run_dir, result.record(), tables, run.trace.request_ids)
     return result
 
@@ -101,13 +100,15 @@ def _simulate(run: Run, engine, result: Result) -> tuple[dict, dict]:
     return tables, times
 
 
-def _timing(run: Run, result: Result, t_engine: float, times: dict, engine) -> dict:
+def _timing(run: Run, result: Result, times: dict, engine) -> dict:
+    """wall_s from the start of assembly, engine_s from after the memory plan (the
+    calibration trace's loading, the record's header and the engine's construction)."""
     run_s = times.get("engine_run_s", 0.0)
     n_acc = result.metrics["accesses"] if result.metrics else 0
     return {
         "created_utc": datetime.now(UTC).isoformat(timespec="seconds"),
         "wall_s": time.perf_counter() - run.started,
-        "engine_s": time.perf_counter() - t_engine,
+        "engine_s": time.perf_counter() - run.planned,
         "warmup_s": times.get("warmup_s", 0.0), "engine_run_s": run_s,
         "accesses_per_s": n_acc / run_s if run_s > 0 else None,
         "policy_s": engine.policy_s if engine is not None else None,

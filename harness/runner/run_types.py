@@ -50,6 +50,7 @@ class Run:
     oom: str | None  # why the run cannot fit the GPU (written as status oom), else None
     memo: RunMemo
     started: float  # time.perf_counter() when assembly began (the run's wall time)
+    planned: float  # time.perf_counter() after the memory plan (the engine's time)
 
 
 @dataclass

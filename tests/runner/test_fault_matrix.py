@@ -32,6 +32,7 @@ import harness.runner.trace_cache as trace_cache
 from core.trace import TraceError, write_trace
 from harness.runner.assembly import load_routing
 from harness.runner.config import compose_config
+from harness.runner.run_types import RunMemo
 from harness.runner.store import RunLock
 from harness.runner.sweep import run_job
 from harness.sim.engine import Engine
@@ -209,7 +210,10 @@ def test_a_failing_logger_warns_and_keeps_the_run(tmp_path, capsys):
 
 def test_the_logger_runs_outside_timeout_s(tmp_path, monkeypatch):
     """A run well inside timeout_s whose logger then takes longer than timeout_s."""
+    memo = RunMemo()  # the trace and compute floor made before: the run itself is quick
+    run_job(_cfg(tmp_path / "warm"), multirun=True, system_name="on_demand", memo=memo)
     _slow_logger_is_no_timeout(monkeypatch, tmp_path)
-    out = run_job(_cfg(tmp_path, "timeout_s=1"), multirun=True, system_name="on_demand")
+    out = run_job(_cfg(tmp_path, "timeout_s=1"), multirun=True, system_name="on_demand",
+                  memo=memo)
     assert out["status"] == "done", out
     assert _record(tmp_path / "default" / "r")["status"] == "valid"
