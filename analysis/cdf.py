@@ -94,7 +94,7 @@ def series(runs: RunSet, results_dir: Path, metric: str) -> dict[tuple, list]:
         if r["status"] != "valid":
             continue
         key = (r["system"].get("name"), *((a, axis_value(r["config"], a)) for a in pooled))
-        values = request_latency(r, results_dir / r["_folder"], metric)
+        values = request_latency(r, results_dir / r.folder, metric)
         out.setdefault(key, []).append((r["config"].get("seed"), values))
     return dict(sorted(out.items(), key=lambda kv: _order(kv[0])))
 

@@ -20,7 +20,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from analysis.runs import ReportError, RunSet, axis_value, publish
+from analysis.runs import ReportError, RunRecord, RunSet, axis_value, publish
 from analysis.sweepstats import (
     CI_NOTE,
     add_run_options,
@@ -32,14 +32,14 @@ from analysis.sweepstats import (
 )
 
 
-def metric_value(result: dict, metric: str):
+def metric_value(result: RunRecord, metric: str):
     """The metric of a valid run (a latency block gives its mean); None for other runs."""
     if result.get("status") != "valid":
         return None
     node = result.get("metrics") or {}
     for part in metric.removeprefix("metrics.").split("."):
         if not isinstance(node, dict) or part not in node:
-            raise ReportError(f"--y {metric}: no such metric in {result['_folder']}/result.json; "
+            raise ReportError(f"--y {metric}: no such metric in {result.folder}/result.json; "
                               f"metrics: {', '.join(sorted(result.get('metrics') or {}))}")
         node = node[part]
     if isinstance(node, dict):
@@ -55,7 +55,7 @@ def tidy(runs: RunSet, metric: str):
 
     rows = []
     for r in runs.results:
-        row = {"run": r["_folder"], "system": r["system"].get("name")}
+        row = {"run": r.folder, "system": r["system"].get("name")}
         row.update({a: axis_value(r["config"], a) for a in runs.axes})
         row.update({"status": r["status"], metric: metric_value(r, metric)})
         rows.append(row)

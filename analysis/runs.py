@@ -36,9 +36,18 @@ class ReportError(ValueError):
     """The runs cannot make one table (mixed, malformed or partial); the message says why."""
 
 
+class RunRecord(dict):
+    """One run's result.json as read; `folder`: the name of the run folder it was read from
+    (an attribute, not a key: the record stays what the run wrote)."""
+
+    def __init__(self, record: dict, folder: str):
+        super().__init__(record)
+        self.folder = folder
+
+
 @dataclass
 class RunSet:
-    results: list[dict]  # one result.json per row, with "_folder" added
+    results: list[RunRecord]  # one result.json per row
     axes: list[str]  # dotted config keys that vary between rows (system excluded)
     missing: list[str] = field(default_factory=list)  # expected rows with no run
     notes: list[str] = field(default_factory=list)  # mixing allowed by the user, etc.
@@ -80,7 +89,7 @@ def _no_constant(name: str):
     raise ValueError(f"{name} is not a JSON number")
 
 
-def _read(path: Path) -> dict:
+def _read(path: Path) -> RunRecord:
     try:
         result = json.loads(path.read_text(), parse_constant=_no_constant)
     except (OSError, ValueError) as exc:
@@ -88,11 +97,10 @@ def _read(path: Path) -> dict:
     for key, kind in (("config", dict), ("system", dict), ("status", str)):
         if not isinstance(result, dict) or not isinstance(result.get(key), kind):
             raise ReportError(f"{path}: field '{key}' missing or not a {kind.__name__}")
-    result["_folder"] = path.parent.name
-    return result
+    return RunRecord(result, path.parent.name)
 
 
-def read_runs(results_dir: Path) -> list[dict]:
+def read_runs(results_dir: Path) -> list[RunRecord]:
     """Every complete run folder directly under results_dir (hidden names skipped)."""
     results_dir = Path(results_dir)
     if not results_dir.is_dir():
@@ -149,7 +157,7 @@ def _sha(result: dict, block: str):
     return info.get("sha256") if isinstance(info, dict) else None
 
 
-def check_mixing(runs: list[dict], axes: list[str]) -> list[str]:
+def check_mixing(runs: list[RunRecord], axes: list[str]) -> list[str]:
     """Problems that make the rows incomparable, as messages (empty: they compare)."""
     problems = []
     ref = runs[0]
@@ -160,7 +168,7 @@ def check_mixing(runs: list[dict], axes: list[str]) -> list[str]:
         key = _first_difference(ref_sig, sig)
         if key is not None:
             problems.append(
-                f"{key}: {ref['_folder']} has {ref_sig.get(key, '<absent>')!r}, {r['_folder']} "
+                f"{key}: {ref.folder} has {ref_sig.get(key, '<absent>')!r}, {r.folder} "
                 f"has {sig.get(key, '<absent>')!r}")
     for block in ("trace", "calibration_trace"):
         groups: dict = {}
@@ -174,8 +182,8 @@ def check_mixing(runs: list[dict], axes: list[str]) -> list[str]:
             if len(shas) > 1:
                 a, b = members[0], next(r for r in members if _sha(r, block) != _sha(
                     members[0], block))
-                problems.append(f"{block}.sha256: {a['_folder']} replayed "
-                                f"{_sha(a, block)[:16]}, {b['_folder']} {_sha(b, block)[:16]}")
+                problems.append(f"{block}.sha256: {a.folder} replayed "
+                                f"{_sha(a, block)[:16]}, {b.folder} {_sha(b, block)[:16]}")
     return problems
 
 
@@ -197,11 +205,11 @@ def collect(results_dir: Path, *, axes: list[str] | None = None, allow_mixed: bo
     runs = [r for r in runs if not (r.get("error") and r.get("trace") is None)]
     if not runs:
         raise ReportError(f"{results_dir}: no complete run; failed: "
-                          + "; ".join(f"{r['_folder']}: {r.get('reason')}" for r in failures[:5]))
+                          + "; ".join(f"{r.folder}: {r.get('reason')}" for r in failures[:5]))
     declared = declared_sweep(results_dir, system_names or []) or {}
     axis_keys = list(axes) if axes is not None else sorted(k for k in declared if k != "system")
     out = RunSet(results=runs, axes=axis_keys)
-    out.notes += [f"failed (failure record): {r['_folder']}: {r.get('reason')}" for r in failures]
+    out.notes += [f"failed (failure record): {r.folder}: {r.get('reason')}" for r in failures]
     hint = (f"rows may differ only in the system and the axes {axis_keys}; pass --axes KEY to "
             "make a key a column, or --allow-mixed")
     problems = check_mixing(runs, axis_keys)
@@ -209,9 +217,9 @@ def collect(results_dir: Path, *, axes: list[str] | None = None, allow_mixed: bo
     for r in runs:
         key = _row_key(r, axis_keys)
         if key in seen:
-            problems.append(f"run_name: {seen[key]} and {r['_folder']} are two runs of the same "
+            problems.append(f"run_name: {seen[key]} and {r.folder} are two runs of the same "
                             f"row {key}")
-        seen.setdefault(key, r["_folder"])
+        seen.setdefault(key, r.folder)
     if problems and not allow_mixed:
         raise ReportError(f"{results_dir}: runs that do not belong in one table: "
                           + "; ".join(problems[:5]) + f". {hint}")

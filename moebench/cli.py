@@ -36,7 +36,7 @@ from core.specs import SpecError
 from core.trace import TraceError
 
 
-def _describe(result: dict) -> str:
+def _describe(result: dict, run_dir: str) -> str:
     from workloads.labels import inputs_label  # prompts=... arrivals=... of the run
 
     m = result.get("metrics") or {}
@@ -49,7 +49,7 @@ def _describe(result: dict) -> str:
         return f"{head} ({result['reason']})"
     return (f"{head}, TPOT mean {_num(m['tpot_ms']['mean'], '.1f')} ms, hit rate "
             f"{_num(m['hit_rate'], '.3f')}, stall {_num(m['gpu_stall_ms_per_token'], '.1f')} "
-            f"ms/token -> {result['_run_dir']}")
+            f"ms/token -> {run_dir}")
 
 
 def _num(value, spec: str) -> str:
@@ -76,7 +76,10 @@ def _hydra_main() -> None:
     from omegaconf import DictConfig, OmegaConf
 
     from core.paths import CONF_DIR
+    from harness.runner.run_types import RunMemo
+    from harness.runner.sweep import counted_sweep
 
+    memo = RunMemo()  # traces and compute floors that this process's jobs share
     OmegaConf.register_new_resolver("moebench_sweep_dir", _sweep_dir, replace=True)
 
     @hydra.main(config_path=str(CONF_DIR), config_name="config", version_base="1.3")
@@ -98,7 +101,7 @@ def _hydra_main() -> None:
                 plain["run_name"] = default_run_name(hc.overrides.task, system_name,
                                                      config_hash(plain))
             outcome = run_job(plain, multirun=multirun, system_name=system_name,
-                              job_num=job_num)
+                              job_num=job_num, memo=memo)
         except (SpecError, TraceError) as exc:
             print(f"moebench: error: {exc}", file=sys.stderr)
             if not multirun:  # a single run's bad input: exit 2, nothing written
@@ -108,17 +111,16 @@ def _hydra_main() -> None:
         if outcome["status"] == "failed" and not multirun:
             sys.exit(1)
 
-    task()
-    from harness.runner.sweep import LAST
-
-    if LAST.get("failed"):  # set by the sweep's summary (SweepCallback)
+    with counted_sweep() as counts:  # filled by the sweep's summary (SweepCallback)
+        task()
+    if counts.get("failed"):
         sys.exit(1)
 
 
 def _print_outcome(outcome: dict) -> None:
     """One line per finished job on stdout."""
     if outcome["status"] == "done":
-        print(_describe(outcome["result"]), flush=True)
+        print(_describe(outcome["result"], outcome["run_dir"]), flush=True)
     elif outcome["status"] == "skipped":
         print(f"skipped (complete, resume=true): {outcome['run_dir']}", flush=True)
     else:

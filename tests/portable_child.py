@@ -22,8 +22,9 @@ import numpy as np
 from core import numerics
 from core.rng import stream
 from core.specs import model_spec_from_dict
+from harness.runner.assembly import assemble, load_routing
 from harness.runner.config import compose_config, system_names
-from harness.runner.run import load_routing, run_config
+from harness.runner.run import execute
 from systems.fmoe.maps import ExpertMapStore
 from systems.moe_infinity.eamc import EAMC, request_eams
 from systems.predictor import NextLayerPredictor
@@ -99,7 +100,7 @@ def main(out_path: str) -> None:
     for name in system_names():
         cfg = compose_config([*WORKLOAD, f"system={name}", *PER_SYSTEM.get(name, [])],
                              run_name=name, results_dir="res")
-        run_dir = Path(run_config(cfg)["_run_dir"])
+        run_dir = execute(assemble(cfg)).run_dir
         result = json.loads((run_dir / "result.json").read_text())
         out["results"][name] = {k: v for k, v in result.items() if k not in DROPPED}
     Path(out_path).write_text(json.dumps(out, sort_keys=True))

@@ -51,7 +51,7 @@ def run_rows(results: list[dict]) -> list[dict]:
     rows = []
     for r, f in zip(results, flat):
         m = r.get("metrics") if r["status"] == "valid" else None
-        row = {"run": r["_folder"], "system": r["system"].get("name"), "status": r["status"],
+        row = {"run": r.folder, "system": r["system"].get("name"), "status": r["status"],
                "reason": r.get("reason"), "routing": routing_of(r),
                "model": (r.get("model") or {}).get("name"), "hardware": r.get("hardware"),
                "expert_cache_gib": (r.get("memory") or {}).get("expert_cache_bytes", 0) / 2**30,

@@ -31,47 +31,46 @@ UNITS = ("block_us", "access_us", "load_us")
 
 def measure(requests: int, repeats: int) -> dict:
     """Per engine core: the settings' counts and CPU seconds, and the fitted costs."""
-    from core.blocks import BlockIndex
-    from core.specs import hardware_spec_from_dict, model_spec_from_dict
-    from core.targets import build_target
+    from harness.runner.assembly import assemble
     from harness.runner.config import compose_config
-    from harness.runner.run import load_routing
-    from harness.sim.backend_sim import SimBackend
     from harness.sim.cores import compiled_available
-    from harness.sim.engine import Engine
-    from harness.sim.memory import plan_memory
-    from systems.base import System
 
     cfg = compose_config(["experiment=table1", "system=on_demand", "progress=false",
                           f"workload.num_requests={requests}", "trace_cache_dir=null"])
-    model = model_spec_from_dict(cfg["model"], "model")
-    hw = hardware_spec_from_dict(cfg["hardware"], "hardware")
-    trace = load_routing(cfg, model, "measure", fields=())
-    max_ctx = int(np.max(trace.prompt_len.astype(np.int64) + trace.output_len))
+    run = assemble(cfg)  # on_demand reads no per-token field: the trace holds none
     out = {"system": "on_demand", "requests": requests, "repeats": repeats, "cores": {}}
     for core in ("compiled", "python") if compiled_available() else ("python",):
-        rows = []
-        for batch, cache_gb in SETTINGS:
-            budget = plan_memory(model, hw, max_ctx, batch, cache_gb).expert_cache_bytes
-            times, counts = [], None
-            for _ in range(repeats):
-                system = build_target(cfg["system"], "system", System)
-                BlockIndex.forget(trace)  # every run builds its index
-                t0 = time.process_time()
-                engine = Engine(model, SimBackend(model, hw), trace, system, budget, batch,
-                                core=core)
-                tables = engine.run().stored_tables()
-                times.append(time.process_time() - t0)
-                counts = {"blocks": int(np.count_nonzero(np.diff(
-                              tables["accesses"]["iteration"], prepend=-1)
-                              | np.diff(tables["accesses"]["layer"], prepend=-1))),
-                          "accesses": len(tables["accesses"]["expert"]),
-                          "loads": len(tables["transfers"]["key"])}
-                tables = engine = None
-            rows.append({"max_batch": batch, "expert_cache_gb": cache_gb, **counts,
-                         "cpu_s": statistics.median(times)})
+        rows = [_setting(run, batch, cache_gb, core, repeats) for batch, cache_gb in SETTINGS]
         out["cores"][core] = {"settings": rows, **fit(rows)}
     return out
+
+
+def _setting(run, batch: int, cache_gb: float | None, core: str, repeats: int) -> dict:
+    """One setting's counts and median CPU seconds over `repeats` engine runs."""
+    from dataclasses import replace
+
+    from core.blocks import BlockIndex
+    from core.targets import build_target
+    from harness.runner.assembly import build_engine, memory_plan
+    from systems.base import System
+
+    run = replace(run, plan=memory_plan(run.model, run.hw, run.trace, batch, cache_gb),
+                  engine=replace(run.engine, max_batch=batch, core=core))
+    times, counts = [], None
+    for _ in range(repeats):
+        system = build_target(run.cfg["system"], "system", System)
+        BlockIndex.forget(run.trace)  # every run builds its index
+        t0 = time.process_time()
+        tables = build_engine(run, system).run().stored_tables()
+        times.append(time.process_time() - t0)
+        counts = {"blocks": int(np.count_nonzero(np.diff(
+                      tables["accesses"]["iteration"], prepend=-1)
+                      | np.diff(tables["accesses"]["layer"], prepend=-1))),
+                  "accesses": len(tables["accesses"]["expert"]),
+                  "loads": len(tables["transfers"]["key"])}
+        tables = None
+    return {"max_batch": batch, "expert_cache_gb": cache_gb, **counts,
+            "cpu_s": statistics.median(times)}
 
 
 def fit(rows: list[dict]) -> dict:

@@ -77,9 +77,7 @@ def _fmt(x, spec: str) -> str:
     return "-" if x is None else format(x, spec)
 
 
-def main(argv: list[str]) -> int:
-    from harness.runner.config import system_names
-
+def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="moebench bench-sim", description=LABEL)
     ap.add_argument("--json", help="write the figures here (make bench-sim: results/)")
     ap.add_argument("--systems", help="comma-separated (default: every Table 1 system)")
@@ -101,36 +99,52 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--batch", type=int, default=1, help=argparse.SUPPRESS)
     ap.add_argument("--check", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--base", help=argparse.SUPPRESS)  # "requests,max_batch" of Table 1
-    args = ap.parse_args(argv)
-    if args.requests < 1 or args.repeats < 1 or args.min_cpu_s < 0:
-        ap.error("--requests and --repeats must be >= 1, --min-cpu-s >= 0")
-    if args.cost_child:
-        from harness.bench.engine_cost import measure
-        from harness.runner.guard import blas_threads
+    return ap
 
-        with blas_threads(1):
-            print(json.dumps(measure(args.requests, args.repeats)))
-        return 0
-    if args.child:
-        from harness.runner.guard import blas_threads
 
-        with blas_threads(1):
-            base = tuple(int(x) for x in args.base.split(",")) if args.base else None
-            out = child(args.child, args.requests, args.batch, args.repeats, args.min_cpu_s,
-                        args.check, base)
-        print(json.dumps(out))
-        return 0
-    known = system_names()
-    systems = args.systems.split(",") if args.systems else known
-    bad = [s for s in systems if s not in known]
-    if bad:
-        ap.error(f"--systems: unknown {bad}; known: {known}")
-    settings = [s for s in SETTINGS if not (s[0] == "_1000_requests" and args.skip_1000)
-                and not (s[0] == "_batch32" and args.skip_batch32)]
-    print(f"bench-sim: {LABEL}; experiment=table1, {args.requests} requests, median of "
-          f">= {args.repeats} runs (more up to {MAX_RUNS} while under {args.min_cpu_s:g} CPU-s), "
-          "CPU s (process_time) of a fresh process per system, BLAS 1 thread, "
-          f"NUMPY_MADVISE_HUGEPAGE={os.environ.get('NUMPY_MADVISE_HUGEPAGE', 'unset')}")
+def _as_child(args: argparse.Namespace) -> dict:
+    """This process is a child: the cost model's figures, or one system at one setting."""
+    from harness.runner.guard import blas_threads
+
+    with blas_threads(1):
+        if args.cost_child:
+            from harness.bench.engine_cost import measure
+
+            return measure(args.requests, args.repeats)
+        base = tuple(int(x) for x in args.base.split(",")) if args.base else None
+        return child(args.child, args.requests, args.batch, args.repeats, args.min_cpu_s,
+                     args.check, base)
+
+
+# the per-system figures the JSON's `systems` block keeps, per setting (key + suffix)
+FIGURES = ("accesses", "accesses_per_cpu_s", "peak_rss_mb", "peak_rss_engine_mb",
+           "peak_rss_metrics_mb", "rss_after_trace_mb", "ratio",
+           "reference_accesses_per_cpu_s", "bytes_per_access_beyond_trace",
+           "bytes_per_access_beyond_trace_with_tables",
+           "bytes_per_access_beyond_trace_with_metrics", "engine_core",
+           "sys_share", "bytes_per_access_beyond_trace_built",
+           "bytes_per_access_beyond_trace_warmed",
+           "bytes_per_access_beyond_trace_warmup_peak", "cost_vs_base")
+
+
+def _row(name: str, r: dict) -> str:
+    sys_pct = None if r.get("sys_share") is None else 100 * r["sys_share"]
+    return (f"{name:<14}{_fmt(r.get('accesses'), 'd'):>10}"
+            f"{_fmt(r.get('accesses_per_cpu_s'), ',.0f'):>11}"
+            f"{_fmt(r.get('reference_accesses_per_cpu_s'), ',.0f'):>14}"
+            f"{_fmt(r.get('ratio'), '.4f'):>8}{_fmt(r.get('rss_after_trace_mb'), '.0f'):>10}"
+            f"{_fmt(r.get('peak_rss_engine_mb'), '.0f'):>10}"
+            f"{_fmt(r.get('peak_rss_mb'), '.0f'):>9}{'':>3}"
+            f"{_fmt(r.get('trace_gen_cpu_s'), '.2f'):>7}"
+            f"{_fmt(r.get('write_cpu_s'), '.2f'):>8}"
+            f"{_fmt(sys_pct, '.0f'):>6}"
+            f"{_fmt(r.get('cost_vs_base'), '.3f'):>8}"
+            + ("" if r["status"] == "ok" else f"  {r['status']}"))
+
+
+def _measure(args: argparse.Namespace, systems: list[str], settings: list) -> tuple:
+    """Every system at every setting, each in a fresh child: (details per setting, figures
+    per system, the reference check)."""
     details, figures, check = {}, {s: {} for s in systems}, None
     for suffix, n_req, batch in settings:
         n_req = n_req or args.requests
@@ -144,32 +158,16 @@ def main(argv: list[str]) -> int:
                        check is None and name == "lru" and batch == 1 and suffix == "",
                        None if suffix == "" else (args.requests, 1))
             details[tag][name] = r
-            if "reference_check" in r:
-                check = r["reference_check"]
-            f = figures[name]
-            f["status" + suffix] = r["status"]
-            for key in ("accesses", "accesses_per_cpu_s", "peak_rss_mb", "peak_rss_engine_mb",
-                        "peak_rss_metrics_mb", "rss_after_trace_mb", "ratio",
-                        "reference_accesses_per_cpu_s", "bytes_per_access_beyond_trace",
-                        "bytes_per_access_beyond_trace_with_tables",
-                        "bytes_per_access_beyond_trace_with_metrics", "engine_core",
-                        "sys_share", "bytes_per_access_beyond_trace_built",
-                        "bytes_per_access_beyond_trace_warmed",
-                        "bytes_per_access_beyond_trace_warmup_peak", "cost_vs_base"):
-                f[key + suffix] = r.get(key)
-            print(f"{name:<14}{_fmt(r.get('accesses'), 'd'):>10}"
-                  f"{_fmt(r.get('accesses_per_cpu_s'), ',.0f'):>11}"
-                  f"{_fmt(r.get('reference_accesses_per_cpu_s'), ',.0f'):>14}"
-                  f"{_fmt(r.get('ratio'), '.4f'):>8}{_fmt(r.get('rss_after_trace_mb'), '.0f'):>10}"
-                  f"{_fmt(r.get('peak_rss_engine_mb'), '.0f'):>10}"
-                  f"{_fmt(r.get('peak_rss_mb'), '.0f'):>9}{'':>3}"
-                  f"{_fmt(r.get('trace_gen_cpu_s'), '.2f'):>7}"
-                  f"{_fmt(r.get('write_cpu_s'), '.2f'):>8}"
-                  f"{_fmt(None if r.get('sys_share') is None else 100 * r['sys_share'], '.0f'):>6}"
-                  f"{_fmt(r.get('cost_vs_base'), '.3f'):>8}"
-                  + ("" if r["status"] == "ok" else f"  {r['status']}"))
+            check = r.get("reference_check", check)
+            figures[name]["status" + suffix] = r["status"]
+            figures[name].update({key + suffix: r.get(key) for key in FIGURES})
+            print(_row(name, r))
             if r["status"] == "failed":
                 print(r["error"], file=sys.stderr)
+    return details, figures, check
+
+
+def _print_ratios(systems: list[str], settings: list, figures: dict, check: dict | None):
     for suffix, _, _ in settings:
         line = ", ".join(f"{s} {figures[s]['ratio' + suffix]:.4f}" for s in systems
                          if figures[s].get("ratio" + suffix) is not None)
@@ -178,35 +176,72 @@ def main(argv: list[str]) -> int:
         print(f"reference check vs {check['system']} at batch 1: "
               f"{'match' if check['match'] else 'MISMATCH'} (engine {check['engine']}, "
               f"reference {check['reference']})")
-    cost = None if args.skip_cost else _cost(args.cost_requests, args.repeats)
-    table1 = None
-    if not args.skip_table1:
-        print(f"\nTable 1 sweep ({TABLE1_SYSTEMS}, {args.requests} requests, fresh results and "
-              "trace cache, one process): ", end="", flush=True)
-        table1 = time_table1(args.requests)
-        print(f"{table1['cpu_s']:.1f} CPU s, {table1['wall_s']:.1f} s wall, largest run folder "
-              f"{table1['largest_run_mb']:.1f} MB" if table1["status"] == "ok"
-              else f"FAILED\n{table1['error']}")
-    targets = checks(figures, table1)
+
+
+def _table1(requests: int) -> dict:
+    print(f"\nTable 1 sweep ({TABLE1_SYSTEMS}, {requests} requests, fresh results and "
+          "trace cache, one process): ", end="", flush=True)
+    table1 = time_table1(requests)
+    print(f"{table1['cpu_s']:.1f} CPU s, {table1['wall_s']:.1f} s wall, largest run folder "
+          f"{table1['largest_run_mb']:.1f} MB" if table1["status"] == "ok"
+          else f"FAILED\n{table1['error']}")
+    return table1
+
+
+def _print_targets(targets: list) -> None:
     print("\ntargets (issue 'Engine speed and memory'):")
     for name, value, want, ok in targets:
         mark = "info" if ok is None else "ok  " if ok else "MISS"
         print(f"  {mark} {name}: {_fmt(value, '.4g')} (target {want})")
-    doc = {"label": LABEL, "simulated": True, "synthetic_routing": True,
-           "setting": {"experiment": "table1", "requests": args.requests,
-                       "repeats": args.repeats, "min_cpu_s": args.min_cpu_s,
-                       "max_runs": MAX_RUNS, "timer": "time.process_time, fresh process",
-                       # moebench's default "0" (moebench/__init__.py); None: numpy's own
-                       "numpy_madvise_hugepage": os.environ.get("NUMPY_MADVISE_HUGEPAGE"),
-                       "blas_threads": 1, "cpus": os.cpu_count()},
-           "systems": figures, "reference_check": check, "details": details,
-           "engine_cost": cost,
-           "table1_sweep": table1,
-           "targets": [{"name": n, "value": v, "target": w, "met": ok}
-                       for n, v, w, ok in targets]}
+
+
+def _document(args: argparse.Namespace, figures: dict, check, details: dict, cost,
+              table1, targets: list) -> dict:
+    return {"label": LABEL, "simulated": True, "synthetic_routing": True,
+            "setting": {"experiment": "table1", "requests": args.requests,
+                        "repeats": args.repeats, "min_cpu_s": args.min_cpu_s,
+                        "max_runs": MAX_RUNS, "timer": "time.process_time, fresh process",
+                        # moebench's default "0" (moebench/__init__.py); None: numpy's own
+                        "numpy_madvise_hugepage": os.environ.get("NUMPY_MADVISE_HUGEPAGE"),
+                        "blas_threads": 1, "cpus": os.cpu_count()},
+            "systems": figures, "reference_check": check, "details": details,
+            "engine_cost": cost,
+            "table1_sweep": table1,
+            "targets": [{"name": n, "value": v, "target": w, "met": ok}
+                        for n, v, w, ok in targets]}
+
+
+def main(argv: list[str]) -> int:
+    from harness.runner.config import system_names
+
+    ap = _parser()
+    args = ap.parse_args(argv)
+    if args.requests < 1 or args.repeats < 1 or args.min_cpu_s < 0:
+        ap.error("--requests and --repeats must be >= 1, --min-cpu-s >= 0")
+    if args.cost_child or args.child:
+        print(json.dumps(_as_child(args)))
+        return 0
+    known = system_names()
+    systems = args.systems.split(",") if args.systems else known
+    bad = [s for s in systems if s not in known]
+    if bad:
+        ap.error(f"--systems: unknown {bad}; known: {known}")
+    settings = [s for s in SETTINGS if not (s[0] == "_1000_requests" and args.skip_1000)
+                and not (s[0] == "_batch32" and args.skip_batch32)]
+    print(f"bench-sim: {LABEL}; experiment=table1, {args.requests} requests, median of "
+          f">= {args.repeats} runs (more up to {MAX_RUNS} while under {args.min_cpu_s:g} CPU-s), "
+          "CPU s (process_time) of a fresh process per system, BLAS 1 thread, "
+          f"NUMPY_MADVISE_HUGEPAGE={os.environ.get('NUMPY_MADVISE_HUGEPAGE', 'unset')}")
+    details, figures, check = _measure(args, systems, settings)
+    _print_ratios(systems, settings, figures, check)
+    cost = None if args.skip_cost else _cost(args.cost_requests, args.repeats)
+    table1 = None if args.skip_table1 else _table1(args.requests)
+    targets = checks(figures, table1)
+    _print_targets(targets)
     if args.json:
         path = Path(args.json)
         path.parent.mkdir(parents=True, exist_ok=True)
+        doc = _document(args, figures, check, details, cost, table1, targets)
         path.write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
         print(f"wrote {path}")
     return 0 if all(r["status"] != "failed" for d in details.values() for r in d.values()) \

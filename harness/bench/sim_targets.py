@@ -65,42 +65,59 @@ def checks(figures: dict, table1: dict | None) -> list[tuple[str, float | None, 
         if want is not None:
             out.append((f"{system} ratio", f.get("ratio"), f">= {want}",
                         f.get("ratio") is not None and f["ratio"] >= want))
-        for suffix, limit, label in (("_1000_requests", MAX_COST_1000, "cost at 1000 req"),
-                                     ("_batch32", MAX_COST_BATCH32, "cost at batch 32")):
-            # Binding: per-access cost against the Table 1 setting's runs alternated with
-            # it in one child (sim_child.py). Reported: the same through each child's
-            # reference loop (ratio / ratio there), and the plain CPU per access of the two
-            # children; both carry the drift between child processes.
-            cost = f.get("cost_vs_base" + suffix)
-            if cost is not None:
-                out.append((f"{system} {label} / Table 1 (runs alternated in one process)",
-                            cost, f"<= {limit}", cost <= limit))
-            other = f.get("ratio" + suffix)
-            if other and f.get("ratio"):
-                out.append((f"{system} {label} / Table 1, via each child's reference loop",
-                            f["ratio"] / other, "none: two processes", None))
-            other = f.get("accesses_per_cpu_s" + suffix)
-            if other:
-                out.append((f"{system} {label} / Table 1, absolute CPU s per access",
-                            f["accesses_per_cpu_s"] / other, "none: two processes", None))
-        b = f.get("bytes_per_access_beyond_trace")
-        if b is not None and system in POLICY_STATE:
-            out.append((f"{system} B/access beyond trace, its policy's state included "
-                        f"({POLICY_STATE[system]}{_state_parts(f)})", b,
-                        "none: not the engine's alone", None))
-        elif b is not None:
-            out.append((f"{system} engine+recorder B/access beyond trace", b,
-                        f"<= {MAX_BYTES_PER_ACCESS:g}", b <= MAX_BYTES_PER_ACCESS))
+        out += _scaling(system, f)
+        out += _memory(system, f)
     peak = figures.get("lru", {}).get("peak_rss_mb_1000_requests")
     if peak is not None:
         out.append(("lru 1000-request run peak RSS MB", peak, f"<= {MAX_PEAK_RSS_1000_MB:g}",
                     peak <= MAX_PEAK_RSS_1000_MB))
-    if table1 is not None and table1.get("status") == "ok":
-        out.append(("Table 1 sweep CPU s (8 systems, generation included)", table1["cpu_s"],
-                    f"<= {MAX_TABLE1_CPU_S:g}", table1["cpu_s"] <= MAX_TABLE1_CPU_S))
-        out.append(("largest Table 1 run folder MB", table1["largest_run_mb"],
-                    f"<= {MAX_RUN_FOLDER_MB:g}", table1["largest_run_mb"] <= MAX_RUN_FOLDER_MB))
+    return out + _sweep(table1)
+
+
+def _scaling(system: str, f: dict) -> list[tuple]:
+    """Per-access cost at 1,000 requests and at batch 32 against the Table 1 setting.
+
+    Binding: per-access cost against the Table 1 setting's runs alternated with it in one
+    child (sim_child.py). Reported: the same through each child's reference loop (ratio /
+    ratio there), and the plain CPU per access of the two children; both carry the drift
+    between child processes."""
+    out = []
+    for suffix, limit, label in (("_1000_requests", MAX_COST_1000, "cost at 1000 req"),
+                                 ("_batch32", MAX_COST_BATCH32, "cost at batch 32")):
+        cost = f.get("cost_vs_base" + suffix)
+        if cost is not None:
+            out.append((f"{system} {label} / Table 1 (runs alternated in one process)",
+                        cost, f"<= {limit}", cost <= limit))
+        other = f.get("ratio" + suffix)
+        if other and f.get("ratio"):
+            out.append((f"{system} {label} / Table 1, via each child's reference loop",
+                        f["ratio"] / other, "none: two processes", None))
+        other = f.get("accesses_per_cpu_s" + suffix)
+        if other:
+            out.append((f"{system} {label} / Table 1, absolute CPU s per access",
+                        f["accesses_per_cpu_s"] / other, "none: two processes", None))
     return out
+
+
+def _memory(system: str, f: dict) -> list[tuple]:
+    b = f.get("bytes_per_access_beyond_trace")
+    if b is None:
+        return []
+    if system in POLICY_STATE:
+        return [(f"{system} B/access beyond trace, its policy's state included "
+                 f"({POLICY_STATE[system]}{_state_parts(f)})", b,
+                 "none: not the engine's alone", None)]
+    return [(f"{system} engine+recorder B/access beyond trace", b,
+             f"<= {MAX_BYTES_PER_ACCESS:g}", b <= MAX_BYTES_PER_ACCESS)]
+
+
+def _sweep(table1: dict | None) -> list[tuple]:
+    if table1 is None or table1.get("status") != "ok":
+        return []
+    return [("Table 1 sweep CPU s (8 systems, generation included)", table1["cpu_s"],
+             f"<= {MAX_TABLE1_CPU_S:g}", table1["cpu_s"] <= MAX_TABLE1_CPU_S),
+            ("largest Table 1 run folder MB", table1["largest_run_mb"],
+             f"<= {MAX_RUN_FOLDER_MB:g}", table1["largest_run_mb"] <= MAX_RUN_FOLDER_MB)]
 
 
 def time_table1(requests: int) -> dict:

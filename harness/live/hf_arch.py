@@ -160,46 +160,57 @@ def scaled_config(spec, num_moe_layers: int | None = None, vocab_size: int | Non
         raise UnsupportedArchitecture(
             f"model spec {spec.name!r} has no HF architecture here; supported specs: "
             f"{', '.join(sorted(MODEL_TYPE_OF_SPEC))}")
-    n_moe = spec.num_moe_layers if spec.architecture == "decoder" else spec.num_moe_layers // 2
-    if num_moe_layers is not None:
-        if not 1 <= num_moe_layers <= n_moe:
-            raise ValueError(f"num_moe_layers must be in 1..{n_moe}, got {num_moe_layers}")
-        n_moe = num_moe_layers
-    # Layers kept: the dense prefix, then n_moe MoE layers in the moe_every pattern.
-    n_layers = spec.moe_first_layer + (n_moe - 1) * spec.moe_every + 1
-    if num_moe_layers is None:
-        n_layers = spec.num_layers
+    n_layers = _kept_layers(spec, num_moe_layers)
     vocab = vocab_size or spec.vocab_size
     kw: dict[str, Any] = dict(_ATTN.get(spec.name, {}))
-    h, k, E = spec.hidden_size, spec.top_k, spec.num_experts
-    if mt == "switch_transformers":
-        kw.update(vocab_size=vocab, d_model=h, d_ff=spec.expert_ffn_size, num_layers=n_layers,
-                  num_decoder_layers=n_layers, num_experts=E, encoder_sparse_step=spec.moe_every,
-                  decoder_sparse_step=spec.moe_every, expert_capacity=1 << 20)
-    elif mt == "nllb-moe":
-        kw.update(vocab_size=vocab, d_model=h, encoder_ffn_dim=spec.expert_ffn_size,
-                  decoder_ffn_dim=spec.expert_ffn_size, encoder_layers=n_layers,
-                  decoder_layers=n_layers, num_experts=E, encoder_sparse_step=spec.moe_every,
+    h, E = spec.hidden_size, spec.num_experts
+    if mt in ("switch_transformers", "nllb-moe"):
+        kw.update(_encoder_decoder_shapes(spec, mt, n_layers), vocab_size=vocab, d_model=h,
+                  num_experts=E, encoder_sparse_step=spec.moe_every,
                   decoder_sparse_step=spec.moe_every, expert_capacity=1 << 20)
     else:
         kw.update(vocab_size=vocab, hidden_size=h, num_hidden_layers=n_layers,
-                  num_experts_per_tok=k)
-        dense = spec.dense_ffn_size or spec.expert_ffn_size
-        if mt in ("mixtral", "phimoe"):
-            kw.update(intermediate_size=spec.expert_ffn_size, num_local_experts=E)
-        elif mt == "olmoe":
-            kw.update(intermediate_size=spec.expert_ffn_size, num_experts=E)
-        elif mt in ("qwen2_moe", "qwen3_moe"):
-            kw.update(intermediate_size=dense, moe_intermediate_size=spec.expert_ffn_size,
-                      num_experts=E, decoder_sparse_step=spec.moe_every,
-                      mlp_only_layers=list(range(spec.moe_first_layer)))
-            if mt == "qwen2_moe":
-                kw["shared_expert_intermediate_size"] = spec.shared_expert_ffn_size
-        else:  # deepseek_v2 / deepseek_v3
-            kw.update(intermediate_size=dense, moe_intermediate_size=spec.expert_ffn_size,
-                      n_routed_experts=E, n_shared_experts=spec.num_shared_experts,
-                      first_k_dense_replace=spec.moe_first_layer)
+                  num_experts_per_tok=spec.top_k, **_decoder_moe_shapes(spec, mt))
     return AutoConfig.for_model(mt, **kw)
+
+
+def _kept_layers(spec, num_moe_layers: int | None) -> int:
+    """Layers kept: every layer, or the dense prefix then num_moe_layers MoE layers in the
+    moe_every pattern."""
+    n_moe = spec.num_moe_layers if spec.architecture == "decoder" else spec.num_moe_layers // 2
+    if num_moe_layers is None:
+        return spec.num_layers
+    if not 1 <= num_moe_layers <= n_moe:
+        raise ValueError(f"num_moe_layers must be in 1..{n_moe}, got {num_moe_layers}")
+    return spec.moe_first_layer + (num_moe_layers - 1) * spec.moe_every + 1
+
+
+def _encoder_decoder_shapes(spec, mt: str, n_layers: int) -> dict:
+    if mt == "switch_transformers":
+        return dict(d_ff=spec.expert_ffn_size, num_layers=n_layers,
+                    num_decoder_layers=n_layers)
+    return dict(encoder_ffn_dim=spec.expert_ffn_size, decoder_ffn_dim=spec.expert_ffn_size,
+                encoder_layers=n_layers, decoder_layers=n_layers)
+
+
+def _decoder_moe_shapes(spec, mt: str) -> dict:
+    """The expert (and dense) widths and expert counts under each decoder family's names."""
+    E, dense = spec.num_experts, spec.dense_ffn_size or spec.expert_ffn_size
+    if mt in ("mixtral", "phimoe"):
+        return dict(intermediate_size=spec.expert_ffn_size, num_local_experts=E)
+    if mt == "olmoe":
+        return dict(intermediate_size=spec.expert_ffn_size, num_experts=E)
+    if mt in ("qwen2_moe", "qwen3_moe"):
+        kw = dict(intermediate_size=dense, moe_intermediate_size=spec.expert_ffn_size,
+                  num_experts=E, decoder_sparse_step=spec.moe_every,
+                  mlp_only_layers=list(range(spec.moe_first_layer)))
+        if mt == "qwen2_moe":
+            kw["shared_expert_intermediate_size"] = spec.shared_expert_ffn_size
+        return kw
+    # deepseek_v2 / deepseek_v3
+    return dict(intermediate_size=dense, moe_intermediate_size=spec.expert_ffn_size,
+                n_routed_experts=E, n_shared_experts=spec.num_shared_experts,
+                first_k_dense_replace=spec.moe_first_layer)
 
 
 @dataclass

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -21,11 +22,10 @@ from core.atomic import write_json
 from core.paths import CONF_DIR
 from core.specs import hardware_spec_from_dict, model_spec_from_dict
 from core.targets import build_target
+from harness.runner.assembly import assemble, build_engine, load_routing
 from harness.runner.config import compose_config
-from harness.runner.run import load_routing
+from harness.runner.run_types import Run
 from harness.sim.backend_sim import SimBackend
-from harness.sim.engine import Engine
-from harness.sim.memory import plan_memory
 from systems.base import System
 
 
@@ -56,16 +56,29 @@ def build_model(spec, device: str, dtype, scale: float):
 
     cfg = scaled_config(spec)
     if scale != 1.0:  # shrink the attention with the widths (CPU mechanics runs)
-        for k in ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim",
-                  "head_dim"):
-            if getattr(cfg, k, None):
-                setattr(cfg, k, max(8, int(getattr(cfg, k) * scale) // 8 * 8))
+        _shrink_attention(cfg, scale)
     cfg._attn_implementation = "sdpa" if device.startswith("cuda") else "eager"
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(cfg, dtype=dtype)
     model = model.to_empty(device="cpu").eval()
+    _fill_weights(model, dtype)
+    _rebuild_rotary(model)
+    return model
+
+
+def _shrink_attention(cfg, scale: float) -> None:
+    for k in ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim",
+              "head_dim"):
+        if getattr(cfg, k, None):
+            setattr(cfg, k, max(8, int(getattr(cfg, k) * scale) // 8 * 8))
+
+
+def _fill_weights(model, dtype) -> None:
+    """Cheap fill: one random block of 1M values (std 0.02) tiled over each matrix; routed
+    experts a constant, vectors ones, the router's correction bias zero."""
+    import torch
+
     g = torch.Generator().manual_seed(0)
-    # Cheap fill: one random block of 1M values (std 0.02) tiled over each matrix.
     block = (torch.randn(1 << 20, generator=g) * 0.02).to(dtype)
     for name, p in model.named_parameters():
         if ".experts." in name:
@@ -80,14 +93,18 @@ def build_model(spec, device: str, dtype, scale: float):
     for name, b in model.named_buffers():
         if "correction_bias" in name:
             b.data.zero_()
-    # Rotary inverse frequencies are buffers computed at init: rebuild them off meta.
+
+
+def _rebuild_rotary(model) -> None:
+    """Rotary inverse frequencies are buffers computed at init: rebuild them off meta."""
+    import torch
+
     for m in model.modules():
         if isinstance(getattr(m, "inv_freq", None), torch.Tensor) and hasattr(m, "config"):
             fresh = type(m)(m.config)
             for name in ("inv_freq", "original_inv_freq"):
                 if hasattr(m, name):
                     setattr(m, name, getattr(fresh, name).clone())
-    return model
 
 
 def per_token(tables: dict) -> tuple[np.ndarray, np.ndarray]:
@@ -112,11 +129,7 @@ def mape(sim: np.ndarray, real: np.ndarray, floor: float) -> float | None:
     return float(np.mean(np.abs(sim[keep] - real[keep]) / real[keep]) * 100)
 
 
-def main(argv: list[str]) -> int:
-    import torch
-
-    from harness.live.driver import run_live
-
+def _arguments(argv: list[str]) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog="moebench validate")
     ap.add_argument("--model", default="deepseek_v2_lite", help="conf/model name")
     ap.add_argument("--hardware", required=True, help="hardware profile yaml (calibrate)")
@@ -134,55 +147,77 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--output-len", type=int, default=8)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--out", default=None, help="write validate.json here")
-    args = ap.parse_args(argv)
-    torch.set_num_threads(args.threads)
-    if args.device.startswith("cuda") and not torch.cuda.is_available():
-        raise SystemExit("moebench validate: --device cuda but torch sees no CUDA device")
+    return ap.parse_args(argv)
+
+
+def _assemble(args: argparse.Namespace, bits: int) -> tuple[Run, int]:
+    """The run both backends replay (the reduced spec on the profile's hardware, batch 1, every
+    trace field: the live model replays the routing) and its expert-cache slots."""
     hw_data = yaml.safe_load(Path(args.hardware).read_text())
     if args.budget_gb is not None:
         hw_data["gpu_mem_gb"] = args.budget_gb
     hw = hardware_spec_from_dict(hw_data, where=args.hardware)
-    dtype = getattr(torch, args.dtype)
-    bits = 16 if dtype == torch.bfloat16 else 32
-    spec_data = yaml.safe_load((CONF_DIR / "model" / f"{args.model}.yaml")
-                               .read_text())
+    spec_data = yaml.safe_load((CONF_DIR / "model" / f"{args.model}.yaml").read_text())
     spec = reduced_spec(spec_data, args.num_moe_layers, bits, args.scale, args.vocab_size)
-    base = [f"model={args.model}", f"workload.num_requests={args.requests}",
-            f"workload.prompt_len={args.prompt_len}", f"workload.output_len={args.output_len}",
-            f"system={args.system}", "progress=false"]
-    cfg = compose_config(base)
-    trace = load_routing(cfg, spec, "measure")
-    plan = plan_memory(spec, hw, args.prompt_len + args.output_len, 1)
-    slots = min(plan.expert_cache_bytes // spec.expert_bytes, spec.num_moe_layers *
-                spec.num_experts)
+    cfg = compose_config([f"model={args.model}", f"workload.num_requests={args.requests}",
+                          f"workload.prompt_len={args.prompt_len}",
+                          f"workload.output_len={args.output_len}", f"system={args.system}",
+                          "progress=false", "max_batch=1"])
+    run = assemble(cfg, model=spec, hw=hw, all_fields=True)
+    slots = min(run.plan.expert_cache_bytes // spec.expert_bytes,
+                spec.num_moe_layers * spec.num_experts)
     if args.cache_fraction is not None:
         slots = int(args.cache_fraction * spec.num_moe_layers * spec.num_experts)
     if slots < 1:
-        raise SystemExit(f"moebench validate: budget leaves no room for an expert ({plan})")
+        raise SystemExit(f"moebench validate: budget leaves no room for an expert ({run.plan})")
+    # the slots, not the plan, size the cache (--cache-fraction may set them)
+    plan = replace(run.plan, expert_cache_bytes=int(slots) * spec.expert_bytes)
+    return replace(run, plan=plan, calibration=_calibration(run)), int(slots)
 
-    def system() -> System:
-        return build_target(compose_config(base)["system"], "system", System)
 
-    sys_sim = system()
-    sim_engine = Engine(spec, SimBackend(spec, hw), trace, sys_sim, slots * spec.expert_bytes)
-    if type(sys_sim).warmup is not System.warmup:
-        sys_sim.warmup(load_routing(cfg, spec, "calibration", cfg["calibration_requests"]))
-    sim = sim_engine.run().tables()
+def _calibration(run: Run):
+    """The run's calibration trace; loaded here too when the plan found no room (assemble
+    loads none then), since --cache-fraction sets the cache instead."""
+    if run.calibration is not None or not run.system.needs_calibration():
+        return run.calibration
+    return load_routing(run.cfg, run.model, "calibration", run.cfg["calibration_requests"],
+                        memo=run.memo)
+
+
+def _fresh_system(run: Run) -> System:
+    return build_target(run.cfg["system"], "system", System)
+
+
+def _simulated(run: Run) -> dict:
+    system = _fresh_system(run)
+    engine = build_engine(run, system)
+    if run.calibration is not None:
+        system.warmup(run.calibration)
+    return engine.run().tables()
+
+
+def _live(run: Run, args: argparse.Namespace, dtype, slots: int):
+    """(the live run's tables, its backend, the model's build seconds)."""
+    from harness.live.driver import run_live
+
     t0 = time.perf_counter()
-    model = build_model(spec, args.device, dtype, args.scale)
+    model = build_model(run.model, args.device, dtype, args.scale)
     build_s = time.perf_counter() - t0
-    calib = None
-    sys_real = system()
-    if type(sys_real).warmup is not System.warmup:
-        calib = load_routing(cfg, spec, "calibration", cfg["calibration_requests"])
-    prompts = [[(7 * r + i) % (spec.vocab_size - 3) + 3 for i in range(int(n))]
-               for r, n in enumerate(trace.prompt_len)]
-    res = run_live(model, trace, sys_real, int(slots), prompts, device=args.device,
-                   replay=True, copy_ms=SimBackend(spec, hw).expert_copy_ms, calibration=calib)
-    real = res.rec.tables()
+    vocab = run.model.vocab_size - 3
+    prompts = [[(7 * r + i) % vocab + 3 for i in range(int(n))]
+               for r, n in enumerate(run.trace.prompt_len)]
+    res = run_live(model, run.trace, _fresh_system(run), slots, prompts, device=args.device,
+                   replay=True, copy_ms=SimBackend(run.model, run.hw).expert_copy_ms,
+                   calibration=run.calibration)
+    return res.rec.tables(), res.backend, build_s
+
+
+def _summary(run: Run, args: argparse.Namespace, slots: int, sim: dict, real: dict, backend,
+             build_s: float) -> dict:
+    spec, hw = run.model, run.hw
     tp_s, st_s = per_token(sim)
     tp_r, st_r = per_token(real)
-    out = {
+    return {
         "label": "SIMULATED vs REAL timing; SYNTHETIC routing replayed into a random-weight "
                  "model (outputs meaningless)",
         "model": spec.name, "moe_layers": spec.num_moe_layers, "dtype": args.dtype,
@@ -196,11 +231,15 @@ def main(argv: list[str]) -> int:
         "stall_ms_per_token_sim": float(st_s.mean()),
         "stall_ms_per_token_real": float(st_r.mean()),
         "stall_mape_pct": mape(st_s, st_r, 0.01),
-        "h2d_bytes_real": res.backend.h2d_bytes,
+        "h2d_bytes_real": backend.h2d_bytes,
     }
+
+
+def _print(out: dict, run: Run, args: argparse.Namespace) -> None:
+    spec, hw = run.model, run.hw
     print(f"validate: {out['label']}")
     print(f"  {spec.name} ({spec.num_moe_layers} MoE layers, {args.dtype}) on {args.device}, "
-          f"profile {hw.name}, budget {hw.gpu_mem_gb} GB -> {slots} of "
+          f"profile {hw.name}, budget {hw.gpu_mem_gb} GB -> {out['cache_slots']} of "
           f"{out['total_experts']} experts cached, system {args.system}")
     print(f"  TPOT ms/token   sim {out['tpot_ms_sim_mean']:.3f}  real "
           f"{out['tpot_ms_real_mean']:.3f}  MAPE {out['tpot_mape_pct']:.1f}%")
@@ -208,6 +247,21 @@ def main(argv: list[str]) -> int:
     print(f"  stall ms/token  sim {out['stall_ms_per_token_sim']:.3f}  real "
           f"{out['stall_ms_per_token_real']:.3f}  MAPE "
           f"{'n/a (no real stall)' if sm is None else f'{sm:.1f}%'}")
+
+
+def main(argv: list[str]) -> int:
+    import torch
+
+    args = _arguments(argv)
+    torch.set_num_threads(args.threads)
+    if args.device.startswith("cuda") and not torch.cuda.is_available():
+        raise SystemExit("moebench validate: --device cuda but torch sees no CUDA device")
+    dtype = getattr(torch, args.dtype)
+    run, slots = _assemble(args, 16 if dtype == torch.bfloat16 else 32)
+    sim = _simulated(run)
+    real, backend, build_s = _live(run, args, dtype, slots)
+    out = _summary(run, args, slots, sim, real, backend, build_s)
+    _print(out, run, args)
     if args.out:
         path = write_json(Path(args.out) / "validate.json", out)
         print(f"  wrote {path}")

@@ -5,7 +5,8 @@ timed before serving, so no access waits, and every iteration costs exactly its 
 expert compute (docs/metrics.md, `compute_floor_ms`). With a timing-independent schedule
 (max_batch = 1 or every request arriving at once) every system runs the same iterations
 with stalls >= 0 on top, so the floor is an exact lower bound on its TPOT; it equals
-no_offload's TPOT where no_offload fits. Memoised per (trace, model, hardware, batch).
+no_offload's TPOT where no_offload fits. Memoised per (trace, model, hardware, batch) in the
+`memo` the caller owns (harness/runner/assembly.py, RunMemo.floors).
 """
 
 from __future__ import annotations
@@ -17,22 +18,22 @@ from harness.sim.engine import Engine
 from harness.sim.metrics import request_latencies
 from systems.no_offload import NoOffload
 
-_MEMO: dict[tuple, float | None] = {}
 
-
-def compute_floor_ms(model, hw, trace, max_batch: int) -> float | None:
+def compute_floor_ms(model, hw, trace, max_batch: int,
+                     memo: dict[tuple, float | None] | None = None) -> float | None:
     """Mean TPOT (ms, simulated) with every expert resident; None when no request has two
-    tokens (no TPOT), like metrics tpot_ms.mean."""
+    tokens (no TPOT), like metrics tpot_ms.mean. `memo`: floors computed before (kept)."""
+    memo = {} if memo is None else memo
     # The specs are dataclasses: their repr lists every field the cost model reads.
     key = (trace.content_sha256(), repr(model), repr(hw), int(max_batch))
-    if key not in _MEMO:
+    if key not in memo:
         engine = Engine(model, SimBackend(model, hw), trace, NoOffload(),
                         model.total_expert_bytes, max_batch)
         tokens = engine.run().stored_tables()["tokens"]  # only tokens: no access columns
         tpot = request_latencies(tokens, trace.arrival_ms)["tpot_ms"]
         tpot = tpot[~np.isnan(tpot)]
-        _MEMO[key] = float(np.mean(tpot)) if len(tpot) else None
-    return _MEMO[key]
+        memo[key] = float(np.mean(tpot)) if len(tpot) else None
+    return memo[key]
 
 
 def headroom(tpot_mean_ms: float | None, floor_ms: float | None) -> float | None:

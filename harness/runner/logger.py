@@ -71,8 +71,11 @@ def check_logger(cfg: dict) -> None:
     if unknown:
         raise SpecError(f"logger.{unknown[0]}: unknown key of logger={name} (known: "
                         f"{sorted(FIELDS[name])})")
-    if name != "wandb":
-        return
+    if name == "wandb":
+        _check_wandb(node)
+
+
+def _check_wandb(node: dict) -> None:
     for key in ("project", "entity", "group", "dir"):
         value = node.get(key)
         if value is not None and (not isinstance(value, str) or not value):

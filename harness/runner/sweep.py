@@ -29,6 +29,7 @@ import os
 import shutil
 import socket
 import sys
+import tempfile
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -49,6 +50,7 @@ from harness.runner.results import (
     config_hash,
     failure_record,
 )
+from harness.runner.run_types import RunMemo
 from harness.runner.runconfig import check_run_config
 from harness.runner.store import LockHeld, RunLock, commit, run_dir_of
 
@@ -60,19 +62,18 @@ COUNTS_ENV = "MOEBENCH_SWEEP_COUNTS"
 # The directory a job-file sweep was started in (hydra_plugins/moebench_job_sweeper): a job
 # run elsewhere (a Ray worker) works there, where its config's relative paths point
 CWD_ENV = "MOEBENCH_SWEEP_CWD"
-LAST: dict = {}  # the last sweep's counts in this process (moebench/cli.py sets the exit code)
 
 
 # ---- resume ---------------------------------------------------------------------------------
-def _file_trace_sha(cfg: dict, split: str) -> str | None:
-    from harness.runner.run import load_routing  # memoised: a rerun does not read it twice
+def _file_trace_sha(cfg: dict, split: str, memo: RunMemo | None) -> str | None:
+    from harness.runner.assembly import load_routing  # memoised: a rerun reads it once
 
     model = model_spec_from_dict(cfg["model"], "model")
     n = cfg["calibration_requests"] if split == "calibration" else None
-    return load_routing(cfg, model, split, n).content_sha256()
+    return load_routing(cfg, model, split, n, memo=memo).content_sha256()
 
 
-def complete_record(cfg: dict) -> tuple[bool, str]:
+def complete_record(cfg: dict, memo: RunMemo | None = None) -> tuple[bool, str]:
     """(True, why) when the run folder holds a complete record of this very run: the same
     config hash and code version (provenance.code_identity: the git sha and the digest of
     uncommitted changes, or an installed copy's version and source digest), a complete
@@ -94,17 +95,25 @@ def complete_record(cfg: dict) -> tuple[bool, str]:
         return False, "code version unknown (neither a git checkout nor an installed copy)"
     if code_identity(was) != code_identity(code):
         return False, "another code version"
-    if old["status"] == "valid":
-        wanted = (*ALWAYS_TABLES, "accesses") if cfg.get("save_rows", True) else ALWAYS_TABLES
-        missing = [t for t in wanted if not (run_dir / f"{t}.parquet").is_file()]
-        if missing:
-            return False, f"no {missing[0]}.parquet"
+    missing = _missing_table(cfg, run_dir) if old["status"] == "valid" else None
+    if missing:
+        return False, f"no {missing}.parquet"
+    return _same_trace_files(cfg, old, memo)
+
+
+def _missing_table(cfg: dict, run_dir: Path) -> str | None:
+    wanted = (*ALWAYS_TABLES, "accesses") if cfg.get("save_rows", True) else ALWAYS_TABLES
+    return next((t for t in wanted if not (run_dir / f"{t}.parquet").is_file()), None)
+
+
+def _same_trace_files(cfg: dict, old: dict, memo: RunMemo | None) -> tuple[bool, str]:
+    """(True, "complete") when every trace file the run read holds the trace it recorded."""
     for key, split, block in (("routing", "measure", "trace"),
                               ("calibration_routing", "calibration", "calibration_trace")):
         recorded = (old.get(block) or {}).get("sha256")
         if cfg.get(key) and recorded is not None:
             try:
-                if _file_trace_sha(cfg, split) != recorded:
+                if _file_trace_sha(cfg, split, memo) != recorded:
                     return False, f"{key}: the file's trace changed"
             except (SpecError, TraceError, OSError):
                 return False, f"{key}: unreadable (the run reports why)"
@@ -135,15 +144,18 @@ def write_failure(cfg: dict, exc: BaseException, system_name: str | None,
 
 
 # ---- one job --------------------------------------------------------------------------------
-def run_job(cfg: dict, *, multirun: bool, system_name: str | None, job_num: int = 0) -> dict:
-    """Run one named config; returns {"status": done|failed|skipped, "run_dir", "result",
-    "reason"}. Raises SpecError / TraceError only for a single run's bad input.
+def run_job(cfg: dict, *, multirun: bool, system_name: str | None, job_num: int = 0,
+            memo: RunMemo | None = None) -> dict:
+    """Run one named config; returns {"status": done|failed|skipped, "run_dir", "result"
+    (result.json's content), "reason"}. Raises SpecError / TraceError only for a single run's
+    bad input. `memo`: traces and floors the caller's jobs share (harness/runner/assembly.py).
 
     Every key is checked before anything with a side effect (the BLAS cap, the timer, the
     lock, the trace cache); the logger runs after the job's `timeout_s`, bounded by its own
     `logger.timeout_s`."""
     with _sweep_cwd():
-        return _run_job(cfg, multirun=multirun, system_name=system_name, job_num=job_num)
+        return _run_job(cfg, multirun=multirun, system_name=system_name, job_num=job_num,
+                        memo=memo)
 
 
 @contextmanager
@@ -161,8 +173,10 @@ def _sweep_cwd():
         os.chdir(before)
 
 
-def _run_job(cfg: dict, *, multirun: bool, system_name: str | None, job_num: int) -> dict:
-    from harness.runner.run import run_config
+def _run_job(cfg: dict, *, multirun: bool, system_name: str | None, job_num: int,
+             memo: RunMemo | None) -> dict:
+    from harness.runner.assembly import assemble
+    from harness.runner.run import execute
 
     t0 = time.perf_counter()
     watch_parent()
@@ -174,20 +188,21 @@ def _run_job(cfg: dict, *, multirun: bool, system_name: str | None, job_num: int
         if not multirun:
             raise
         return report(job_num, _failed(cfg, exc, system_name, t0))
-    if multirun and cfg.get("resume", True) and complete_record(cfg)[0]:
+    if multirun and cfg.get("resume", True) and complete_record(cfg, memo)[0]:
         return report(job_num, {"status": "skipped", "run_dir": str(run_dir_of(cfg)),
                                 "result": None, "reason": "complete"})
     try:
         with blas_threads(cfg.get("blas_threads")), watchdog(cfg.get("timeout_s")):
-            result = run_config(cfg)
+            result = execute(assemble(cfg, memo))
     except (SpecError, TraceError) as exc:
         if not multirun:
             raise
         return report(job_num, _failed(cfg, exc, system_name, t0))
     except (Exception, JobTimeout) as exc:  # noqa: BLE001 (a crash is this job's result)
         return report(job_num, _failed(cfg, exc, system_name, t0))
-    log_run(cfg, result, Path(result["_run_dir"]))  # reads the written record; never raises
-    return report(job_num, {"status": "done", "run_dir": result["_run_dir"], "result": result,
+    record = result.record()
+    log_run(cfg, record, result.run_dir)  # reads the written record; never raises
+    return report(job_num, {"status": "done", "run_dir": str(result.run_dir), "result": record,
                             "reason": None})
 
 
@@ -328,6 +343,25 @@ def discard_state(sweep_dir: Path, pid: int) -> None:
     _remove_state(state_folder(sweep_dir, pid))
 
 
+@contextmanager
+def counted_sweep():
+    """Yield a dict that holds the counts of the sweep run inside once it ends (empty after a
+    single run): SweepCallback writes them to the file COUNTS_ENV names, this one's unless the
+    caller (`moebench reproduce`) named its own."""
+    given = os.environ.get(COUNTS_ENV)
+    counts: dict = {}
+    with tempfile.TemporaryDirectory(prefix="moebench-counts-") as tmp:
+        path = Path(given) if given else Path(tmp) / "counts.json"
+        os.environ[COUNTS_ENV] = str(path)
+        try:
+            yield counts
+        finally:
+            if not given:
+                os.environ.pop(COUNTS_ENV, None)
+        if path.is_file():
+            counts.update(json.loads(path.read_text()))
+
+
 class SweepCallback(Callback):
     """Hydra callback (conf/config.yaml, hydra.callbacks): opens the sweep's state folder
     before the first job, prints the summary after the last."""
@@ -357,8 +391,6 @@ class SweepCallback(Callback):
                                   time.time() - start)
         for line in lines:
             print(line, flush=True)
-        LAST.clear()
-        LAST.update(counts)
         if os.environ.get(COUNTS_ENV):
             write_json(os.environ[COUNTS_ENV], {**counts, "folders": folder_counts(Path(state))})
         _remove_state(Path(state))

@@ -131,7 +131,7 @@ def test_cdf_per_request_values_and_vllm_table(sweep, tmp_path, capsys):
     run = "lru-2-1"
     hand = _by_hand(sweep / run, 0.0)  # offline arrivals: every request at t = 0
     for metric in ("tpot", "ttft", "e2e"):
-        got = cdf.request_latency(res[run] | {"_folder": run}, sweep / run, metric)
+        got = cdf.request_latency(res[run], sweep / run, metric)
         np.testing.assert_allclose(np.sort(got), np.sort(hand[metric]), rtol=0, atol=1e-9)
         # the engine's own summary in result.json, computed from the run's arrival times
         want = res[run]["metrics"][f"{metric}_ms"]
@@ -162,7 +162,7 @@ def test_cdf_ttft_with_poisson_arrivals(tmp_path, capsys):
     runs = collect(folder)
     assert runs.axes == []
     for r in runs.results:  # arrival times from the regenerated trace, checked by sha
-        got = cdf.request_latency(r, folder / r["_folder"], "ttft")
+        got = cdf.request_latency(r, folder / r.folder, "ttft")
         for stat, value in cdf.stats(got).items():
             assert value == pytest.approx(r["metrics"]["ttft_ms"][stat], rel=1e-12)
     assert cdf.main([str(folder), "--metric", "e2e", "--out", str(tmp_path / "o")]) == 0
@@ -172,14 +172,16 @@ def test_cdf_ttft_with_poisson_arrivals(tmp_path, capsys):
 def test_a_swept_prompts_node_is_an_axis_by_its_dataset_name():
     """fmoe_overall sweeps `workload.prompts={dataset: sharegpt, ...},{dataset: arena_hard,
     ...}`: the rows differ in their traces, so the axis must tell them apart by dataset."""
-    from analysis.runs import axis_value, check_mixing
+    from analysis.runs import RunRecord, axis_value, check_mixing
 
-    def run(dataset, sha):
-        cfg = {"workload": {"prompts": {"dataset": dataset, "path": f"/d/{dataset}.jsonl"}}}
-        return {"config": cfg, "system": {"name": "lru"}, "_folder": dataset,
-                "trace": {"sha256": sha}}
+    def run(dataset, sha, cfg=None):
+        cfg = cfg or {"workload": {"prompts": {"dataset": dataset,
+                                               "path": f"/d/{dataset}.jsonl"}}}
+        return RunRecord({"config": cfg, "system": {"name": "lru"},
+                          "trace": {"sha256": sha}}, folder=dataset)
 
     a, b = run("sharegpt", "aa" * 32), run("arena_hard", "bb" * 32)
     assert axis_value(a["config"], "workload.prompts") == "sharegpt"
     assert check_mixing([a, b], ["workload.prompts"]) == []
-    assert check_mixing([a, {**b, "config": a["config"]}], ["workload.prompts"]) != []
+    assert check_mixing([a, run("arena_hard", "bb" * 32, a["config"])],
+                        ["workload.prompts"]) != []

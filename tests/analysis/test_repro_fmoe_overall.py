@@ -25,7 +25,7 @@ SYSTEMS["promoe"] = {"name": "composed", "evictor": {"name": "lfu_perfect"},
 
 
 def _row(system, dataset, ttft, tpot, hit, head=2.0, seed=0, model="mixtral_8x7b", e2e=None):
-    result = {"system": SYSTEMS[system], "_folder": f"{system},seed={seed}-0",
+    result = {"system": SYSTEMS[system],
               "config": {"workload": {"prompts": {"dataset": dataset}}, "max_batch": 1,
                          "slo_ttft_ms": 2000, "slo_tpot_ms": 200, "seed": seed}}
     return {"run": f"{system}-{dataset}-{seed}", "system": SYSTEMS[system]["name"],

@@ -15,8 +15,9 @@ from helpers import ROOT
 
 from analysis import listing
 from core.specs import SpecError
+from harness.runner.assembly import assemble
 from harness.runner.config import compose_config
-from harness.runner.run import run_config
+from harness.runner.run import execute, run_config
 from harness.runner.runconfig import check_before_naming
 
 CONF = ROOT / "conf"
@@ -110,11 +111,11 @@ def test_run_line_names_prompts_and_arrivals(tmp_path):
 
     cfg = compose_config(["arrivals=poisson", "workload.arrivals.rate_rps=50", "max_batch=2",
                           "system=on_demand", *TINY], run_name="p", results_dir=str(tmp_path))
-    result = run_config(cfg)
-    assert result["status"] == "valid"
-    arrival = np.asarray(result["trace"]["arrivals"]["rate_rps"])
+    result = execute(assemble(cfg))
+    assert result.status == "valid"
+    arrival = np.asarray(result.trace["arrivals"]["rate_rps"])
     assert arrival == 50.0
-    line = _describe(result)
+    line = _describe(result.record(), str(result.run_dir))
     assert "| prompts=synthetic arrivals=poisson: valid" in line
     assert line.startswith("[SIMULATED, synthetic routing] on_demand |")
 

@@ -27,13 +27,15 @@ import pytest
 from helpers import rewrite_trace, set_array, snapshot
 
 import harness.runner.results as results_module
-import harness.runner.run as run_module
 import harness.runner.sweep as sweep_module
 import harness.runner.trace_cache as trace_cache
 from core.trace import TraceError, write_trace
+from harness.runner.assembly import load_routing
 from harness.runner.config import compose_config
+from harness.runner.run_types import RunMemo
 from harness.runner.store import RunLock
 from harness.runner.sweep import run_job
+from harness.sim.engine import Engine
 
 pytestmark = pytest.mark.fault
 TINY = ["workload.prompt_len=8", "workload.output_len=3", "calibration_requests=2",
@@ -62,7 +64,7 @@ def _record(run_dir: Path) -> dict | None:
 def _raise_in_engine(monkeypatch, root):
     def boom(self):
         raise RuntimeError("the engine broke")
-    monkeypatch.setattr(run_module.Engine, "run", boom)
+    monkeypatch.setattr(Engine, "run", boom)
 
 
 def _disk_full_tables(monkeypatch, root):
@@ -141,7 +143,7 @@ def test_a_crafted_trace_keeps_the_run_of_its_path(tmp_path, craft, capsys):
     from core.trace import trace_from_routing
 
     good = _cfg(tmp_path)
-    trace = run_module.load_routing(good, model_spec_from_dict(good["model"]), "measure")
+    trace = load_routing(good, model_spec_from_dict(good["model"]), "measure")
     path = tmp_path / "routing.npz"
     write_trace(trace, path)
     cfg = compose_config(["system=on_demand", *TINY, f"routing={path}"], run_name="r",
@@ -180,7 +182,6 @@ def test_losing_the_lock_writes_no_record(tmp_path, capsys, with_run):
 def test_an_unusable_trace_cache_costs_the_cache_not_the_run(tmp_path, monkeypatch, capsys,
                                                              where):
     run_dir, before = _complete(tmp_path)
-    monkeypatch.setattr(run_module, "_TRACE_MEMO", {})  # the run generates its trace again
     cache = {"a-file": tmp_path / "plain.txt", "proc": Path("/proc/nope"),
              "read-only": tmp_path / "cache"}[where]
     if where == "a-file":
@@ -209,7 +210,10 @@ def test_a_failing_logger_warns_and_keeps_the_run(tmp_path, capsys):
 
 def test_the_logger_runs_outside_timeout_s(tmp_path, monkeypatch):
     """A run well inside timeout_s whose logger then takes longer than timeout_s."""
+    memo = RunMemo()  # the trace and compute floor made before: the run itself is quick
+    run_job(_cfg(tmp_path / "warm"), multirun=True, system_name="on_demand", memo=memo)
     _slow_logger_is_no_timeout(monkeypatch, tmp_path)
-    out = run_job(_cfg(tmp_path, "timeout_s=1"), multirun=True, system_name="on_demand")
+    out = run_job(_cfg(tmp_path, "timeout_s=1"), multirun=True, system_name="on_demand",
+                  memo=memo)
     assert out["status"] == "done", out
     assert _record(tmp_path / "default" / "r")["status"] == "valid"

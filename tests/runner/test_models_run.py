@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pytest
 from helpers import ROOT
 
 from core.specs import model_spec_from_dict
+from harness.runner.assembly import assemble
 from harness.runner.config import compose_config
 from harness.runner.parquet_io import read_tables
-from harness.runner.run import run_config
+from harness.runner.run import execute
 
 MODELS = sorted(p.stem for p in (ROOT / "conf" / "model").glob("*.yaml"))
 TINY = ["workload.num_requests=2", "workload.prompt_len=8", "workload.output_len=3",
@@ -22,10 +21,10 @@ TINY = ["workload.num_requests=2", "workload.prompt_len=8", "workload.output_len
 def test_model_runs_and_touches_only_the_right_layers(model, tmp_path):
     cfg = compose_config([f"model={model}", "system=layer_offload", *TINY], run_name=model,
                          results_dir=str(tmp_path))
-    result = run_config(cfg)
-    assert result["status"] == "valid", result["reason"]
+    result = execute(assemble(cfg))
+    assert result.status == "valid", result.reason
     spec = model_spec_from_dict(cfg["model"])
-    acc = read_tables(Path(result["_run_dir"]))["accesses"]
+    acc = read_tables(result.run_dir)["accesses"]
     layers, prefill = np.array(acc["layer"]), np.array(acc["prefill"])
     stacks = np.array(spec.moe_layer_stacks)
     # Encoder MoE layers run only in the prefill (the encoder sees the prompt once); every

@@ -9,8 +9,10 @@ from helpers import random_trace, tiny_model
 
 from core.specs import model_spec_from_dict
 from core.trace import TraceError, write_trace
-from harness.runner import run as runner
+from harness.runner.assembly import load_routing
 from harness.runner.config import compose_config
+from harness.runner.run import run_config
+from harness.runner.run_types import RunMemo
 
 TINY = ["workload.num_requests=3", "workload.prompt_len=16", "workload.output_len=4",
         "progress=false", "trace_cache_dir=null"]
@@ -32,29 +34,27 @@ def test_project_keeps_the_identity_and_drops_the_arrays(tmp_path):
 
 
 def test_load_routing_projects_and_widens_on_demand():
-    runner._TRACE_MEMO.clear()
+    memo = RunMemo()
     cfg = compose_config(TINY + ["seed=11"])
     model = model_spec_from_dict(cfg["model"], "model")
-    lean = runner.load_routing(cfg, model, "measure", fields=("spec_topk",))
+    lean = load_routing(cfg, model, "measure", fields=("spec_topk",), memo=memo)
     assert lean.probs is None and lean.weights is None and lean.spec_topk is not None
-    full = runner.load_routing(cfg, model, "measure")  # every field: generated again
+    full = load_routing(cfg, model, "measure", memo=memo)  # every field: generated again
     assert full.probs is not None and full.weights is not None and not full.dropped_fields
     assert full.content_sha256() == lean.content_sha256()
     np.testing.assert_array_equal(full.topk, lean.topk)
-    assert runner.load_routing(cfg, model, "measure", fields=("probs",)) is full  # covered
-    runner._TRACE_MEMO.clear()
+    assert load_routing(cfg, model, "measure", fields=("probs",), memo=memo) is full  # covered
+    assert load_routing(cfg, model, "measure", fields=("probs",)) is not full  # no memo
 
 
 def test_a_run_records_the_whole_traces_sha(tmp_path):
-    runner._TRACE_MEMO.clear()
+    memo = RunMemo()
     cfg = compose_config(TINY + ["system=lru", "seed=12"], results_dir=str(tmp_path))
     model = model_spec_from_dict(cfg["model"], "model")
-    result = runner.run_config(cfg)
-    kept = runner._TRACE_MEMO  # lru reads spec_topk only: the held copy dropped the rest
-    (held,) = [t for t in kept.values()]
+    result = run_config(cfg, memo)
+    (held,) = memo.traces.values()  # lru reads spec_topk only: the held copy dropped the rest
     assert set(held.dropped_fields) == {"weights", "probs"}
-    runner._TRACE_MEMO.clear()
-    whole = runner.load_routing(cfg, model, "measure")
+    assert len(memo.floors) == 1  # the run's compute floor, kept for the memo's next run
+    whole = load_routing(cfg, model, "measure")
     assert result["trace"]["sha256"] == whole.content_sha256()
     assert result["trace"]["missing_fields"] == whole.missing_fields()
-    runner._TRACE_MEMO.clear()

@@ -21,8 +21,9 @@ from helpers import ROOT
 from core.specs import SpecError, hardware_spec_from_dict, model_spec_from_dict
 from core.targets import build_target
 from core.trace import trace_from_routing, write_trace
+from harness.runner.assembly import assemble
 from harness.runner.config import compose_config
-from harness.runner.run import run_config
+from harness.runner.run import execute, run_config
 from systems.base import System
 
 CONF = ROOT / "conf"
@@ -182,11 +183,11 @@ def test_no_offload_on_small_gpu_is_an_oom_row(tmp_path):
 
 def test_dense_weights_alone_over_gpu_is_oom(tmp_path):
     # DeepSeek-V2-Lite's dense weights are ~2.4 GiB: a 2 GiB GPU leaves nothing for experts.
-    r = run_config(compose_config(["system=on_demand", "hardware.gpu_mem_gb=2", *TINY],
-                                  run_name="tiny_gpu", results_dir=str(tmp_path)))
-    assert r["status"] == "oom" and r["reason"]
-    assert r["memory"]["available_bytes"] <= 0
-    assert not list(Path(r["_run_dir"]).glob("*.parquet"))
+    r = execute(assemble(compose_config(["system=on_demand", "hardware.gpu_mem_gb=2", *TINY],
+                                        run_name="tiny_gpu", results_dir=str(tmp_path))))
+    assert r.status == "oom" and r.reason and "engine" not in r.record()
+    assert r.memory["available_bytes"] <= 0
+    assert (r.run_dir / "result.json").is_file() and not list(r.run_dir.glob("*.parquet"))
 
 
 # ---- (d) corrupt trace ----------------------------------------------------------------------

@@ -117,7 +117,7 @@ def test_a_rejected_value_fails_its_job_and_the_others_run(tmp_path):
     from analysis.runs import collect  # a report notes the failure and misses its row
 
     table = collect(tmp_path / "r" / "default", allow_partial=True)
-    assert [r["_folder"] for r in table.results] == [good.name]
+    assert [r.folder for r in table.results] == [good.name]
     assert table.missing == ["on_demand (expert_cache_gb=40)"]
     assert table.notes == [f"failed (failure record): {bad.name}: {failed['reason']}"]
     # the same value in a single run: a clear error, exit 2, nothing written
@@ -138,10 +138,10 @@ def _cfg(tmp_path: Path, *extra: str, name: str = "run") -> dict:
 def test_an_exception_or_memory_error_leaves_a_failure_record(tmp_path, monkeypatch, multirun):
     import harness.runner.run as run_module
 
-    def boom(cfg):
+    def boom(run):
         raise MemoryError("cannot allocate 9 TiB")
 
-    monkeypatch.setattr(run_module, "run_config", boom)
+    monkeypatch.setattr(run_module, "execute", boom)
     cfg = _cfg(tmp_path)
     out = run_job(cfg, multirun=multirun, system_name="lru")
     assert out["status"] == "failed" and out["reason"] == "MemoryError: cannot allocate 9 TiB"
@@ -194,10 +194,11 @@ def test_blas_is_pinned_inside_a_job():
 # ---- resume decisions ----------------------------------------------------------------------
 
 def test_complete_record_needs_the_same_code_and_its_tables(tmp_path):
-    from harness.runner.run import run_config
+    from harness.runner.assembly import assemble
+    from harness.runner.run import execute
 
     cfg = _cfg(tmp_path)
-    run_dir = Path(run_config(cfg)["_run_dir"])
+    run_dir = execute(assemble(cfg)).run_dir
     assert complete_record(cfg) == (True, "complete")
     assert complete_record({**cfg, "resume": False, "timeout_s": 9})[0]  # not semantic
     assert complete_record({**cfg, "seed": 1}) == (False, "another config")

@@ -9,19 +9,15 @@ dtype, and so must what the system reports of itself. Skips when the core is not
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
-from core.specs import hardware_spec_from_dict, model_spec_from_dict
-from core.targets import build_target
+from harness.runner.assembly import assemble, build_engine
 from harness.runner.config import compose_config, system_names
-from harness.runner.run import load_routing
 from harness.sim import cores
-from harness.sim.backend_sim import SimBackend
 from harness.sim.copies import EngineError
-from harness.sim.engine import Engine
-from harness.sim.memory import plan_memory
-from systems.base import System
 from systems.variants import VARIANTS
 
 pytestmark = pytest.mark.skipif(not cores.compiled_available(),
@@ -49,18 +45,13 @@ TIMING_FREE = {"oracle", "belady", "belady_bypass", "belady_lookahead"}  # need 
 
 
 def run(overrides: list[str], core: str):
-    cfg = compose_config(BASE + overrides)
-    model = model_spec_from_dict(cfg["model"], "model")
-    hw = hardware_spec_from_dict(cfg["hardware"], "hardware")
-    trace = load_routing(cfg, model, "measure")
-    max_ctx = int(np.max(trace.prompt_len.astype(np.int64) + trace.output_len))
-    plan = plan_memory(model, hw, max_ctx, cfg["max_batch"], cfg["expert_cache_gb"])
-    system = build_target(cfg["system"], "system", System)
-    engine = Engine(model, SimBackend(model, hw), trace, system, plan.expert_cache_bytes,
-                    cfg["max_batch"], core=core)
+    r = assemble(compose_config(BASE + overrides), all_fields=True)
+    r = replace(r, engine=replace(r.engine, core=core))
+    system = r.system
+    engine = build_engine(r)
     assert engine.core == core
-    if system.needs_calibration():
-        system.warmup(load_routing(cfg, model, "calibration", cfg["calibration_requests"]))
+    if r.calibration is not None:
+        system.warmup(r.calibration)
     try:
         rec = engine.run()
     except EngineError as exc:  # both cores must fail alike

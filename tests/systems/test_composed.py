@@ -19,9 +19,11 @@ from helpers import ROOT
 from core.specs import SpecError
 from core.targets import build_target
 from core.view import IterationInfo, SystemContext
+from harness.runner.assembly import assemble
 from harness.runner.config import compose_config
 from harness.runner.parquet_io import read_tables
-from harness.runner.run import run_config
+from harness.runner.run import execute, run_config
+from harness.runner.run_types import Result
 from harness.sim.recorder import PREFETCH
 from systems.admission import Admission
 from systems.base import System
@@ -44,12 +46,12 @@ COMPOSED_AS = {
 }
 
 
-def _run(tmp_path, overrides, name):
-    return run_config(compose_config([*BASE, *overrides], run_name=name,
-                                     results_dir=str(tmp_path)))
+def _run(tmp_path, overrides, name) -> Result:
+    return execute(assemble(compose_config([*BASE, *overrides], run_name=name,
+                                           results_dir=str(tmp_path))))
 
 
-def _tables(run_dir: str) -> dict:
+def _tables(run_dir: Path) -> dict:
     """{table: {column: raw bytes of its values}}: NaN (an expert never evicted) compares
     equal to NaN, unlike in a list of floats."""
     return {name: {c: np.ascontiguousarray(v).tobytes() for c, v in cols.items()}
@@ -61,15 +63,15 @@ def _tables(run_dir: str) -> dict:
 def test_composed_parts_reproduce_the_named_system(tmp_path, named, setting):
     ref = _run(tmp_path, [f"system={named}", *SETTINGS[setting]], f"{named}-{setting}")
     got = _run(tmp_path, [*COMPOSED_AS[named], *SETTINGS[setting]], f"c-{named}-{setting}")
-    assert ref["status"] == got["status"] == "valid", (ref["reason"], got["reason"])
-    assert got["system"]["name"] == "composed"
-    assert got["metrics"] == ref["metrics"]
-    a, b = _tables(ref["_run_dir"]), _tables(got["_run_dir"])
+    assert ref.status == got.status == "valid", (ref.reason, got.reason)
+    assert got.system["name"] == "composed"
+    assert got.metrics == ref.metrics
+    a, b = _tables(ref.run_dir), _tables(got.run_dir)
     assert a == b
     # the settings make the comparison mean something: evictions happen, lru prefetches
-    assert ref["metrics"]["misses"] > 0
+    assert ref.metrics["misses"] > 0
     if named == "lru":
-        kinds = pq.read_table(f"{ref['_run_dir']}/transfers.parquet").column("kind")
+        kinds = pq.read_table(ref.run_dir / "transfers.parquet").column("kind")
         assert PREFETCH in kinds.to_pylist()
 
 
@@ -77,12 +79,12 @@ def test_composed_parts_reproduce_the_named_system(tmp_path, named, setting):
 def test_history_prefetchers_run_with_the_global_lru_evictor(tmp_path, prefetcher):
     r = _run(tmp_path, ["system=composed", "system/evictor=lru",
                         f"system/prefetcher={prefetcher}", *SETTINGS["b1"]], prefetcher)
-    assert r["status"] == "valid", r["reason"]
-    assert r["metrics"]["prefetches_issued"] > 0
-    assert r["system"]["prefetcher"]["name"] == prefetcher
-    assert r["system"]["evictor"]["name"] == "lru"
+    assert r.status == "valid", r.reason
+    assert r.metrics["prefetches_issued"] > 0
+    assert r.system["prefetcher"]["name"] == prefetcher
+    assert r.system["evictor"]["name"] == "lru"
     # the history-based ones were warmed from the calibration split
-    assert (r["calibration_trace"] is not None) == (prefetcher != "frequency")
+    assert (r.calibration_trace is not None) == (prefetcher != "frequency")
 
 
 def test_prefetch_false_turns_the_composed_prefetcher_off(tmp_path):
@@ -90,13 +92,13 @@ def test_prefetch_false_turns_the_composed_prefetcher_off(tmp_path):
              "system/prefetcher=spec_next_layer", *SETTINGS["b1"]]
     on = _run(tmp_path, parts, "on")
     off = _run(tmp_path, [*parts, "system.prefetch=false"], "off")
-    assert on["metrics"]["prefetches_issued"] > 0
-    assert off["metrics"]["prefetches_issued"] == 0 and off["system"]["prefetch"] is False
-    kinds = pq.read_table(f"{off['_run_dir']}/transfers.parquet").column("kind").to_pylist()
+    assert on.metrics["prefetches_issued"] > 0
+    assert off.metrics["prefetches_issued"] == 0 and off.system["prefetch"] is False
+    kinds = pq.read_table(off.run_dir / "transfers.parquet").column("kind").to_pylist()
     assert PREFETCH not in kinds
     # off equals the evictor alone: lru with its prefetch off
     ref = _run(tmp_path, ["system=lru", "system.prefetch=false", *SETTINGS["b1"]], "lru-off")
-    assert off["metrics"] == ref["metrics"]
+    assert off.metrics == ref.metrics
 
 
 def test_the_documented_command_line_composes():
@@ -122,8 +124,8 @@ def _composed(**parts):
      r"^system\.evictor\._target_: 'os\.system' is not a class of this project"),
     ("prefetcher", {"_target_": "builtins.eval"},
      r"^system\.prefetcher\._target_: 'builtins\.eval' is not a class of this project"),
-    ("admission", {"_target_": "harness.runner.run.Path"},
-     r"^system\.admission\._target_: 'harness\.runner\.run\.Path' is not a class"),
+    ("admission", {"_target_": "harness.runner.assembly.Path"},
+     r"^system\.admission\._target_: 'harness\.runner\.assembly\.Path' is not a class"),
     ("evictor", {"_target_": "systems.prefetchers.none.NoPrefetch"},
      r"^system\.evictor\._target_: 'systems\.prefetchers\.none\.NoPrefetch' is not a Evictor$"),
     ("prefetcher", {"_target_": "systems.evictors.lru.LRUEvictor"},

@@ -9,8 +9,9 @@ import numpy as np
 import pytest
 from test_golden_systems import table_sha
 
+from harness.runner.assembly import assemble
 from harness.runner.config import compose_config
-from harness.runner.run import run_config
+from harness.runner.run import execute
 from systems.fmoe.eviction import PROTECTED_TIER, EvictionScores
 from systems.fmoe.kernels import load_kernels
 from systems.fmoe.maps import DECODE, PREFILL, ExpertMapStore, TrajectoryState
@@ -153,9 +154,9 @@ def test_runs_with_a_large_store_equal_python(batch, tmp_path):
 
     def run(name):
         cfg = compose_config(overrides, run_name=name, results_dir=str(tmp_path))
-        result = run_config(cfg)
-        assert result["status"] == "valid"
-        return result["metrics"], table_sha(tmp_path / result["_run_dir"])
+        result = execute(assemble(cfg))
+        assert result.status == "valid"
+        return result.metrics, table_sha(result.run_dir)
 
     fast = run("fast")
     overrides.append("policy_kernels=python")

@@ -22,9 +22,11 @@ import numpy as np
 import pytest
 from helpers import GOLDEN
 
+from harness.runner.assembly import assemble
 from harness.runner.config import compose_config, system_names
 from harness.runner.parquet_io import read_tables
-from harness.runner.run import run_config
+from harness.runner.run import execute
+from harness.runner.store import run_dir_of
 from systems.variants import VARIANTS
 
 GOLDEN = GOLDEN / "system_summaries.json"
@@ -62,14 +64,15 @@ def summary(system: str, setting: str, tmp: Path) -> dict:
     cfg = compose_config([*BASE, *SETTINGS[setting], f"system={system}",
                           *PER_SYSTEM.get(system, [])], run_name=f"{system}-{setting}",
                          results_dir=str(tmp))
-    result = run_config(cfg)
+    result = execute(assemble(cfg)).record()
+    run_dir = run_dir_of(cfg)
     metrics = result["metrics"]
     if metrics is not None:  # metrics newer than the golden file;
         # tests/systems/test_oracle_family.py checks them against TPOT and no_offload
         metrics = {k: v for k, v in metrics.items() if k not in ("compute_floor_ms", "headroom")}
     out = {"status": result["status"], "metrics": metrics}
     if result["status"] == "valid":
-        out["tables_sha256"] = table_sha(Path(result["_run_dir"]))
+        out["tables_sha256"] = table_sha(run_dir)
         # engine.core (compiled or python) was added later and never changes a result
         out["engine"] = {"prefetches_dropped": result["engine"]["prefetches_dropped"]}
     return out

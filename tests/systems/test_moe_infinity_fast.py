@@ -10,12 +10,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from core.specs import hardware_spec_from_dict, model_spec_from_dict
+from harness.runner.assembly import assemble, build_engine
 from harness.runner.config import compose_config
-from harness.runner.run import load_routing
-from harness.sim.backend_sim import SimBackend
-from harness.sim.engine import Engine
-from harness.sim.memory import plan_memory
 from systems.moe_infinity import propose, requests, rule
 from systems.moe_infinity.kernels import PYTHON, load_kernels
 from systems.moe_infinity.system import MoEInfinity
@@ -42,16 +38,12 @@ class _PerRowKernels(MoEInfinity):
 def _run(batch: int, knobs: dict, fast: bool, rows: bool = True) -> dict:
     """One run; fast False: the numpy code (policy_kernels python); rows False: the per-row
     kernels alone."""
-    cfg = compose_config(BASE + [f"max_batch={batch}"])
-    model = model_spec_from_dict(cfg["model"], "model")
-    hw = hardware_spec_from_dict(cfg["hardware"], "hardware")
-    trace = load_routing(cfg, model, "measure")
-    max_ctx = int(np.max(trace.prompt_len.astype(np.int64) + trace.output_len))
-    plan = plan_memory(model, hw, max_ctx, batch, cfg["expert_cache_gb"])
     cls = MoEInfinity if rows else _PerRowKernels
     system = cls(eamc_capacity=10, **knobs).use_policy_kernels("auto" if fast else "python")
-    engine = Engine(model, SimBackend(model, hw), trace, system, plan.expert_cache_bytes, batch)
-    system.warmup(load_routing(cfg, model, "calibration", cfg["calibration_requests"]))
+    run = assemble(compose_config(BASE + [f"max_batch={batch}"]), system=system,
+                   all_fields=True)
+    engine = build_engine(run)
+    system.warmup(run.calibration)
     rec = engine.run()
     tab = system.table
     rows = {name: getattr(tab, name).copy() for name in

@@ -265,13 +265,14 @@ PURE_EXTRA = {"moe_infinity": ["system.eamc_capacity=5"], "fmoe": ["system.store
 def test_choose_victim_asked_twice_gives_the_same_run(tmp_path, monkeypatch, name, cls):
     """The engine may ask and not act: a system asked twice before every load must answer the
     same both times and run exactly as when asked once (state changes belong in on_evict)."""
+    from harness.runner.assembly import assemble
     from harness.runner.config import compose_config
-    from harness.runner.run import run_config
+    from harness.runner.run import execute
 
     def run(tag):
         cfg = compose_config([f"system={name}", *PURE_TINY, *PURE_EXTRA.get(name, [])],
                              run_name=f"{name}-{tag}", results_dir=str(tmp_path))
-        return run_config(cfg)
+        return execute(assemble(cfg))
 
     once = run("once")
     original = cls.choose_victim
@@ -283,9 +284,9 @@ def test_choose_victim_asked_twice_gives_the_same_run(tmp_path, monkeypatch, nam
 
     monkeypatch.setattr(cls, "choose_victim", twice)
     again = run("twice")
-    assert once["status"] == again["status"] == "valid"
+    assert once.status == again.status == "valid"
     import pyarrow.parquet as pq
 
-    evict_ms = pq.read_table(f"{once['_run_dir']}/transfers.parquet").column("evict_ms")
+    evict_ms = pq.read_table(once.run_dir / "transfers.parquet").column("evict_ms")
     assert np.count_nonzero(~np.isnan(evict_ms.to_numpy())) > 0  # victims were asked for
-    assert again["metrics"] == once["metrics"]
+    assert again.metrics == once.metrics

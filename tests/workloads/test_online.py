@@ -11,8 +11,9 @@ import pytest
 from helpers import BEFORE_STRUCTURE, tiny_model
 
 from core.specs import SpecError
+from harness.runner.assembly import assemble
 from harness.runner.config import compose_config
-from harness.runner.run import run_config
+from harness.runner.run import execute, run_config
 from harness.sim.metrics import request_latencies, slo_goodput
 from workloads import arrivals as arr
 from workloads.synthetic import SyntheticConfig, generate_trace
@@ -84,14 +85,14 @@ def test_fmoe_online_tiny_run(tmp_path):
                           "workload.arrivals.lengths=true", "workload.num_requests=6",
                           "system=lru", "progress=false"],
                          run_name="lru", results_dir=str(tmp_path))
-    res = run_config(cfg)
-    assert res["status"] == "valid"
-    tr = res["trace"]
+    res = execute(assemble(cfg))
+    assert res.status == "valid"
+    tr = res.trace
     assert tr["arrivals"]["process"] == "azure" and tr["arrivals"]["rate_rps"] == 2.91
     assert tr["arrivals"]["source"] == "file:azure.csv" and tr["lengths_from"] == "arrivals"
     assert tr["prompt_len_mean"] == 13.0 and tr["output_len_mean"] == 4.0
     arrival_ms = np.arange(6) * (1000 / 2.91)  # 5 gaps of 400 ms scaled to 2.91 req/s
-    tok = pq.read_table(res["_run_dir"] + "/tokens.parquet").to_pydict()
+    tok = pq.read_table(res.run_dir / "tokens.parquet").to_pydict()
     req, idx = np.array(tok["request"]), np.array(tok["token_index"])
     t, start = np.array(tok["time_ms"]), np.array(tok["iteration_start_ms"])
     assert np.bincount(req).tolist() == [3, 4, 5, 3, 4, 5]
@@ -107,7 +108,7 @@ def test_fmoe_online_tiny_run(tmp_path):
         prefill = start[(req == r) & (idx == 0)][0]
         assert prefill >= arrival_ms[r] - 1e-9
         assert not np.any((start >= arrival_ms[r] - 1e-9) & (start < prefill - 1e-9))
-    m = res["metrics"]
+    m = res.metrics
     assert m["requests_meeting_slo"] == met and m["requests_completed"] == 6
     makespan_s = (t.max() - 0.0) / 1e3
     assert m["goodput_rps"] == pytest.approx(met / makespan_s)

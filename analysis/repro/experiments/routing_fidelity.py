@@ -17,6 +17,7 @@ import math
 
 from analysis.repro.spec import Experiment, Sweep
 from analysis.routing_fidelity import fidelity_rows, trace_structure
+from analysis.runs import RunRecord
 
 MODELS = ("deepseek_v2_lite", "switch_base_128", "switch_large_128", "nllb_moe_54b",
           "mixtral_8x7b", "arctic")
@@ -25,7 +26,7 @@ COLUMNS = ("model", "statistic", "target", "synthetic", "within_tolerance", "est
            "source", "target_value", "tolerance", "bound")
 
 
-def run_trace(result: dict):
+def run_trace(result: RunRecord):
     """The synthetic trace a run replayed, regenerated from its config; ValueError when its
     sha256 is not the one the run recorded."""
     from core.specs import model_spec_from_dict
@@ -35,7 +36,7 @@ def run_trace(result: dict):
     tr = load_routing(cfg, model_spec_from_dict(cfg["model"], "model"), "measure")
     recorded = (result.get("trace") or {}).get("sha256")
     if recorded and tr.content_sha256() != recorded:
-        raise ValueError(f"{result.get('_folder')}: regenerated trace sha256 "
+        raise ValueError(f"{result.folder}: regenerated trace sha256 "
                          f"{tr.content_sha256()[:16]} is not the run's {recorded[:16]}")
     return tr
 
