@@ -14,9 +14,10 @@ from test_golden_systems import table_sha
 
 from core.knobs import KnobError
 from core.specs import SpecError
+from harness.runner.assembly import assemble
 from harness.runner.config import compose_config
 from harness.runner.results import NON_SEMANTIC_KEYS, config_hash
-from harness.runner.run import run_config
+from harness.runner.run import execute, run_config
 from systems.composed import Composed
 from systems.evictors.lru import LRUEvictor
 from systems.fmoe.system import FMoE
@@ -33,11 +34,10 @@ BASE = ["experiment=table1", "workload.prompt_len=40", "workload.output_len=6",
 def _run(tmp_path: Path, system: list[str], kernels: str) -> tuple[dict, str, dict]:
     cfg = compose_config(BASE + system + [f"policy_kernels={kernels}"],
                          run_name=f"k-{kernels}", results_dir=str(tmp_path))
-    result = run_config(cfg)
-    assert result["status"] == "valid"
-    run_dir = Path(result["_run_dir"])
-    stored = json.loads((run_dir / "result.json").read_text())
-    return result["metrics"], table_sha(run_dir), stored
+    result = execute(assemble(cfg))
+    assert result.status == "valid"
+    stored = json.loads((result.run_dir / "result.json").read_text())
+    return result.metrics, table_sha(result.run_dir), stored
 
 
 @pytest.mark.parametrize("system", [
