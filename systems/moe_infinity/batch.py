@@ -18,7 +18,7 @@ import math
 
 import numpy as np
 
-from systems.moe_infinity.eamc import EAMC
+from systems.moe_infinity.eamc import EAMC, shares_into
 from systems.moe_infinity.requests import (
     ARGMAX_TOP,
     KEEP2,
@@ -179,17 +179,7 @@ def predict(tab: RequestTable, states: list[RequestState], c: EAMC) -> None:
         share, pvar, var = (tab.parts[ri, k].reshape(R, L, E) for k in (SHARE, PVAR, VAR))
     else:
         share, pvar, var = (np.empty((R, L, E)) for _ in range(3))
-    if totals.all():
-        np.divide(counts, totals, out=share)
-        np.subtract(1.0, share, out=pvar)
-        pvar *= share
-        pvar /= totals
-    else:  # an all-zero layer stays zero
-        share[:] = 0.0
-        np.divide(counts, totals, out=share, where=totals > 0)
-        np.subtract(1.0, share, out=pvar)
-        pvar *= share
-        np.divide(pvar, totals, out=pvar, where=totals > 0)
+    shares_into(counts, totals, share, pvar, bool(totals.all()))
     np.multiply(tab.parts[ri, KEEP2].reshape(R, L, E), pvar, out=var)
     var += tab.parts[ri, OWN_VAR].reshape(R, L, E)
     if not isinstance(ri, slice):

@@ -123,6 +123,24 @@ def share_and_variance(counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return shares.ravel(), var.ravel()
 
 
+def shares_into(counts: np.ndarray, totals: np.ndarray, share: np.ndarray, pvar: np.ndarray,
+                all_positive: bool) -> None:
+    """share_and_variance written into given arrays (the incremental rows' buffers): counts
+    [..., L, E] over their layer totals [..., L, 1] into `share`, and s (1 - s) / n into
+    `pvar`; `all_positive` false: the rows whose total is 0 stay 0."""
+    if all_positive:
+        np.divide(counts, totals, out=share)
+        np.subtract(1.0, share, out=pvar)
+        pvar *= share
+        pvar /= totals
+    else:
+        share[:] = 0.0
+        np.divide(counts, totals, out=share, where=totals > 0)
+        np.subtract(1.0, share, out=pvar)
+        pvar *= share
+        np.divide(pvar, totals, out=pvar, where=totals > 0)
+
+
 def top_ranked(idx: np.ndarray, values: np.ndarray, m: int) -> np.ndarray:
     """The at most m entries of `idx` with the highest `values[idx]`, highest first, ties by
     lowest index (ranked_keys as an array)."""

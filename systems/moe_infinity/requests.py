@@ -27,7 +27,7 @@ import math
 
 import numpy as np
 
-from systems.moe_infinity.eamc import EAMC
+from systems.moe_infinity.eamc import EAMC, shares_into
 from systems.moe_infinity.kernels import PYTHON, Kernels
 
 ARGMAX_TOP = 8  # match_top up to this: repeated argmax; above: a stable sort
@@ -283,17 +283,8 @@ class RequestTable:
                 acc += x[j]
         counts, totals, parts = v.counts, v.totals, v.layers
         share, pvar = parts[SHARE], parts[PVAR]
-        if any(c.all_layers[j] for j in slots):  # then every layer total is > 0
-            np.divide(counts, totals, out=share)
-            np.subtract(1.0, share, out=pvar)
-            pvar *= share
-            pvar /= totals
-        else:  # an all-zero layer stays zero
-            share[:] = 0.0
-            np.divide(counts, totals, out=share, where=totals > 0)
-            np.subtract(1.0, share, out=pvar)
-            pvar *= share
-            np.divide(pvar, totals, out=pvar, where=totals > 0)
+        # any(...): then every layer total is > 0
+        shares_into(counts, totals, share, pvar, any(c.all_layers[j] for j in slots))
         var = np.multiply(parts[KEEP2], pvar, out=parts[VAR])
         var += parts[OWN_VAR]
 
