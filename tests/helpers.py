@@ -179,3 +179,12 @@ def snapshot(root: Path) -> dict[str, bytes | None]:
     nothing was written, replaced or removed there."""
     return {p.relative_to(root).as_posix(): (p.read_bytes() if p.is_file() else None)
             for p in sorted(Path(root).rglob("*"))}
+
+
+def with_variants(seed_knobs: dict[str, list[str]]) -> dict[str, list[str]]:
+    """Per-system overrides of the seed systems, each named variant (systems/variants.py)
+    getting its seed's: a variant runs with its seed's small store too."""
+    from systems.variants import VARIANTS
+
+    return {**seed_knobs, **{v: seed_knobs[s] for s, vs in VARIANTS.items() if s in seed_knobs
+                             for v in vs}}

@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+from helpers import with_variants
 
 from core import numerics
 from core.rng import stream
@@ -28,7 +29,6 @@ from harness.runner.run import execute
 from systems.fmoe.maps import ExpertMapStore
 from systems.moe_infinity.eamc import EAMC, request_eams
 from systems.predictor import NextLayerPredictor
-from systems.variants import VARIANTS
 from workloads.length_tables import LENGTH_TABLES
 from workloads.lengths import draw
 
@@ -39,9 +39,7 @@ WORKLOAD = ["experiment=table1", "workload.num_requests=6", "workload.prompt_len
             "workload.output_len=6", "calibration_requests=8", "expert_cache_gb=4",
             "progress=false"]
 SEED_KNOBS = {"moe_infinity": ["system.eamc_capacity=5"], "fmoe": ["system.store_capacity=12"]}
-# a named variant (systems/variants.py) runs its seed's small store too
-PER_SYSTEM = {**SEED_KNOBS, **{v: SEED_KNOBS[s] for s, vs in VARIANTS.items() if s in SEED_KNOBS
-                             for v in vs}}
+PER_SYSTEM = with_variants(SEED_KNOBS)
 DROPPED = ("timing", "environment")  # wall-clock times; the machine and its libraries
 
 

@@ -13,12 +13,12 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
+from helpers import with_variants
 
 from harness.runner.assembly import assemble, build_engine
 from harness.runner.config import compose_config, system_names
 from harness.sim import cores
 from harness.sim.copies import EngineError
-from systems.variants import VARIANTS
 
 pytestmark = pytest.mark.skipif(not cores.compiled_available(),
                                 reason=f"compiled core not built: {cores.COMPILED_ERROR}")
@@ -38,9 +38,7 @@ COMPOSED = [["system/evictor=lfu", "system/prefetcher=predictor"],
             ["system/evictor=belady", "system/prefetcher=spec_next_layer"],
             ["system/evictor=lifo_inactive", "system/prefetcher=fmoe_maps"]]
 SEED_KNOBS = {"moe_infinity": ["system.eamc_capacity=5"], "fmoe": ["system.store_capacity=6"]}
-# a named variant (systems/variants.py) runs its seed's small store too
-PER_SYSTEM = {**SEED_KNOBS, **{v: SEED_KNOBS[s] for s, vs in VARIANTS.items() if s in SEED_KNOBS
-                             for v in vs}}
+PER_SYSTEM = with_variants(SEED_KNOBS)
 TIMING_FREE = {"oracle", "belady", "belady_bypass", "belady_lookahead"}  # need a fixed schedule
 
 

@@ -20,14 +20,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import GOLDEN
+from helpers import GOLDEN, with_variants
 
 from harness.runner.assembly import assemble
 from harness.runner.config import compose_config, system_names
 from harness.runner.parquet_io import read_tables
 from harness.runner.run import execute
 from harness.runner.store import run_dir_of
-from systems.variants import VARIANTS
 
 GOLDEN = GOLDEN / "system_summaries.json"
 BASE = ["experiment=table1", "workload.prompt_len=48", "workload.output_len=8",
@@ -41,9 +40,7 @@ SETTINGS = {
                   "arrivals=poisson", "workload.arrivals.rate_rps=4"],
 }
 SEED_KNOBS = {"moe_infinity": ["system.eamc_capacity=5"], "fmoe": ["system.store_capacity=12"]}
-# a named variant (systems/variants.py) runs its seed's small store too
-PER_SYSTEM = {**SEED_KNOBS, **{v: SEED_KNOBS[s] for s, vs in VARIANTS.items() if s in SEED_KNOBS
-                             for v in vs}}
+PER_SYSTEM = with_variants(SEED_KNOBS)
 
 
 def table_sha(run_dir: Path) -> str:
