@@ -8,15 +8,17 @@ no state, no caches.
    prompt's embedding. A full store replaces the most redundant stored map: the first of
    largest RDY = w * semantic cosine + (1 - w) * trajectory cosine, w = d / L (d: the
    prefetch distance; the trajectory term alone unless both maps have an embedding).
+   Paper §4.1, §4.4.
 2. Matching: the first d layers of an iteration come from the map whose prompt embedding is
    closest; after layer l, layer l + d from the map whose probabilities over the layers seen
-   so far are closest (cosine).
+   so far are closest (cosine). Paper §4.2.
 3. The delta rule: from the matched row, experts most probable first (ties: lowest id) until
-   their probabilities sum to delta = clip(1 - cosine, 0, 1), at least top-k.
+   their probabilities sum to delta = clip(1 - cosine, 0, 1), at least top-k. Paper §4.3.
 4. Eviction: the victim is the resident expert of lowest p * freq (eviction priority
    1 / (p * freq)), ties to the least recently used, then the lowest key; an expert that a
    usable prediction still expects is never evicted for a prefetch, and last for a demand
-   fetch (tests/systems/test_fmoe_rules.py, test_fmoe_reference.py).
+   fetch. Paper §4.5; the tie rule is ours, the protection the artifact's
+   (core/prefetch/task_scheduler.cpp); admission (fmoe_admission) is system.py's, not here.
 
 Cosines are float64 products of values on the 2**-24 grid (maps.py's docstring), added layer
 by layer in layer order as the store does: the same bits as the fast paths.
@@ -34,8 +36,9 @@ from systems.fmoe.maps import GRID_BITS, unit
 
 
 def select_experts(row: np.ndarray, score: float, top_k: int) -> np.ndarray:
-    """Ids of the smallest most-probable set with probability sum >= delta = clip(1 - score,
-    0, 1), at least top_k; most probable first, ties by lowest id. row: [E] probabilities."""
+    """The delta rule (paper §4.3): ids of the smallest most-probable set with probability
+    sum >= delta = clip(1 - score, 0, 1), at least top_k; most probable first, ties by lowest
+    id. row: [E] probabilities."""
     delta = min(1.0, max(0.0, 1.0 - float(score)))
     order = np.argsort(-row, kind="stable")
     mass = np.cumsum(row[order], dtype=np.float64)
@@ -45,10 +48,11 @@ def select_experts(row: np.ndarray, score: float, top_k: int) -> np.ndarray:
 
 def stored_maps(maps: np.ndarray, embs: np.ndarray, has: np.ndarray, capacity: int,
                 d: int) -> tuple[np.ndarray, int]:
-    """The store after inserting maps [B, L, E] (embs [B, D], has [B]: which have one) one at
-    a time into `capacity` rows, and how many replaced a stored map: a full store replaces
-    the first row of largest RDY = w sem + (1 - w) traj, w = d / L (traj alone unless both
-    have an embedding), float64 products of unit vectors on the grid."""
+    """Replacement (paper §4.4): the store after inserting maps [B, L, E] (embs [B, D], has
+    [B]: which have one) one at a time into `capacity` rows, and how many replaced a stored
+    map: a full store replaces the first row of largest RDY = w sem + (1 - w) traj, w = d / L
+    (traj alone unless both have an embedding), float64 products of unit vectors on the
+    grid."""
     B, L, E = maps.shape
     w, rows = d / L, []  # rows: [flat, emb, has, map]
     replaced = 0
@@ -139,9 +143,10 @@ def victim_order(p, freq, last_use, resident, protected) -> list[tuple[float, in
 
 
 def victim(p, freq, last_use, resident, protected, candidates, demand: bool) -> int | None:
-    """The key the p x freq rule evicts: the first of victim_order that `candidates` holds,
-    None once the order reaches a key not resident or, for a prefetch (not `demand`), a
-    protected one."""
+    """The key the p x freq rule evicts (paper §4.5): the first of victim_order that
+    `candidates` holds, None once the order reaches a key not resident or, for a prefetch
+    (not `demand`), a protected one. (system.py asks only when the cache is full, and
+    fmoe_admission may still decline the victim.)"""
     for score, _, k in victim_order(p, freq, last_use, resident, protected):
         if score == math.inf or (not demand and score >= PROTECTED_TIER):
             return None
