@@ -13,7 +13,6 @@ import numpy as np
 import pytest
 from helpers import EvictableSet, FixedBackend, meta_for, tiny_model
 
-from core.numerics import on_grid
 from core.trace import trace_from_routing
 from core.view import SystemContext
 from harness.runner.config import compose_config
@@ -111,12 +110,15 @@ def test_trajectory_cosine_is_over_the_observed_prefix():
     store.add(maps, None, np.zeros(9, bool), np.ones(9, np.int8))
     q = rng.dirichlet(np.ones(5), size=4).astype(np.float32)
     state = TrajectoryState(9, DECODE)
+    want = rule.trajectory_match(maps, q, list(range(4)), 0)  # after layer pos: pos itself
     for pos in range(4):
-        idx, score = store.observe(state, pos, q[pos])
+        # the rule is the cosine over the prefix; the store's step is the rule, bit for bit
         prefix = maps[:, :pos + 1].reshape(9, -1)
         cos = prefix @ q[:pos + 1].ravel() / (
             np.linalg.norm(prefix, axis=1) * np.linalg.norm(q[:pos + 1]))
-        assert idx == int(np.argmax(cos)) and score == pytest.approx(float(cos.max()), 1e-5)
+        assert want[pos][:2] == (pos, int(np.argmax(cos)))
+        assert want[pos][2] == pytest.approx(float(cos.max()), 1e-5)
+        assert (pos, *store.observe(state, pos, q[pos])) == want[pos]
     # match(): semantic for layers 0..d-1, then trajectory predictions for d..L-1.
     out = store.match(q, None, DECODE, distance=2)
     assert [layer for layer, _, _ in out] == [2, 3]
@@ -150,14 +152,11 @@ def test_trajectory_filter_matches_float64_products(half):
         queries = [q.astype(np.float16) for q in queries]
     batch = TrajectoryState(n, DECODE, len(queries))
     singles = [TrajectoryState(n, DECODE) for _ in queries]
-    flat = on_grid(maps.astype(np.float64), 24)  # [n, L, E]
+    wants = [rule.trajectory_match(maps, q, list(range(L)), 0) for q in queries]
     for pos in range(L):
         got = store.observe_many(batch, pos, np.stack([q[pos] for q in queries]))
         for i, q in enumerate(queries):
-            qg = on_grid(q[:pos + 1].astype(np.float64), 24)
-            dots = np.einsum("nle,le->n", flat[:, :pos + 1], qg)
-            c = dots * store.inv_prefix[DECODE][pos, :n]
-            want = (int(np.argmax(c)), float(c.max() / np.sqrt(np.square(qg).sum())))
+            want = wants[i][pos][1:]
             assert store.observe(singles[i], pos, q[pos]) == want
             assert (got[0][i], got[1][i]) == want
 

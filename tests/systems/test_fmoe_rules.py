@@ -4,8 +4,6 @@
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 import pytest
 from helpers import EvictableSet, FixedBackend, random_trace, tiny_model
@@ -13,6 +11,7 @@ from helpers import EvictableSet, FixedBackend, random_trace, tiny_model
 from core.knobs import KnobError
 from core.view import SystemContext
 from harness.sim.engine import Engine
+from systems.fmoe import rule
 from systems.fmoe.eviction import EvictionScores
 from systems.fmoe.maps import DECODE
 from systems.fmoe.predictions import Prediction
@@ -150,9 +149,8 @@ def test_edited_victim_order_is_the_sorted_order(counted):
     sc = EvictionScores(L, E)
 
     def full():
-        score = [(sc.p[k] * sc.freq[k] if sc.resident[k] else math.inf) + sc.penalty[k]
-                 for k in range(L * E)]
-        return sorted(zip(score, sc.last_use, range(L * E)))
+        return rule.victim_order(sc.p, sc.freq, sc.last_use, sc.resident,
+                                 [x > 0 for x in sc.penalty])
 
     for step in range(3000):
         op, layer = rng.integers(5), int(rng.integers(L))
