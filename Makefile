@@ -42,7 +42,8 @@ $(TEST_STAMP): $(STAMP)
 
 # ROUTING=<trace v1 file> replays an imported or recorded trace instead of synthetic routing.
 # Both reproduce targets resume: a rerun skips every complete run of the same config and code
-# (README "Sweeps"); FRESH=1 deletes the folders the command writes first.
+# (docs/sweeps.md, "Failure records, resume, limits and
+# progress"); FRESH=1 deletes the folders the command writes first.
 # Without ROUTING: the suite's table1 experiment (synthetic routing, then the shared real
 # sample when present), results/table1/ and results/table1_real/, each with its table1.{md,
 # tex,csv,png,pdf}. With ROUTING: that trace's runs, table and figure in a folder of their

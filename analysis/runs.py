@@ -196,7 +196,7 @@ def collect(results_dir: Path, *, axes: list[str] | None = None, allow_mixed: bo
             allow_partial: bool = False, expected_systems: list[str] | None = None,
             system_names: list[str] | None = None, expected_count: int | None = None) -> RunSet:
     """The runs of one report, checked (ReportError names what is wrong). A failure record
-    (a job that raised before it had a result: README "Sweeps") is no row: its folder and
+    (a job that raised before it had a result: docs/sweeps.md) is no row: its folder and
     reason become a note, and its row counts as missing. `expected_count`: the number of
     runs the folder's sweeps make, for a folder that several sweeps wrote (its multirun.yaml
     records only the last one); rows are then counted instead of named."""

@@ -60,7 +60,7 @@ def check_logger(cfg: dict) -> None:
     for key, new in OLD_KEYS.items():
         if key in cfg:
             raise SpecError(f"{key}: no such key; logging to wandb is the logger group: "
-                            f"use {new} (logger=none|csv|wandb, README 'Sweeps')")
+                            f"use {new} (logger=none|csv|wandb, docs/sweeps.md 'Loggers')")
     node = cfg.get("logger")
     if node is None:
         return

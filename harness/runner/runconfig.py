@@ -117,7 +117,7 @@ def check_run_config(cfg: dict) -> Path:
     if kernels not in POLICY_KERNELS:  # systems/base.py
         raise SpecError(f"policy_kernels: must be one of {', '.join(POLICY_KERNELS)}, got "
                         f"{kernels!r}")
-    for key in ("resume", "save_rows"):  # sweep keys (README "Sweeps"); absent: true
+    for key in ("resume", "save_rows"):  # sweep keys (docs/sweeps.md); absent: true
         checks.boolean(cfg.get(key, True), key, error=SpecError)
     checks.number(cfg.get("timeout_s"), "timeout_s", lo=0, lo_open=True, null="no limit",
                   error=SpecError)

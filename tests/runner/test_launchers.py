@@ -1,4 +1,4 @@
-"""Sweeps through the Hydra launchers of the `sweep` extra (README "Sweeps"): joblib,
+"""Sweeps through the Hydra launchers of the `sweep` extra (docs/sweeps.md, "Launchers"): joblib,
 submitit's local executor and a local Ray instance each run a two-job sweep whose results
 equal the default launcher's, and leave no process behind. Ray's HOME, temp dir and session
 stay in the test's own temporary folder, with no dashboard.
