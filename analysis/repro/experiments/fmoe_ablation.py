@@ -20,8 +20,8 @@ Claims (v1, Fig. 12; the EuroSys text read gives none), as hit rates compared th
 miss rate (1 - hit rate, lower is better) paired by seed, every design step under LFU (the
 papers' steps vary the tracking with one cache; LFU is the zoo evictor nearest fMoE's
 p x freq rule, which only the fmoe system has). LFU is the zoo's `lfu`, the in-cache LFU the
-paper's comparison means (libCacheSim's: a count restarts when the expert is re-inserted);
-until issue 29 item 7 these rows ran the counts-kept rule, now `lfu_perfect`:
+paper's comparison means (libCacheSim's: a count restarts when the expert is re-inserted; the
+counts-kept rule these rows ran before is `lfu_perfect`, docs/decisions/2026-12-06-lfu-names.md):
   12a ordering  map T+S+delta above map T+S above map T (the hit rate rises as each of fMoE's
                 features is added)
   12a pairs     the full design (map T+S+delta) above every other step
