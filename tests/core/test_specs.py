@@ -115,6 +115,11 @@ EXPECTED_HARDWARE = {
     "rtx_3080_mobile": (16, 448, 4),
     "rtx_3060": (12, 360, 3),
     "t4": (16, 320, 3),
+    # From the sources their yamls cite (hardware_sources.md for the H100
+    # SXM; spec pages for the L4 and the RTX PRO 6000)
+    "h100_sxm": (80, 3350, 5),
+    "l4": (24, 300, 4),
+    "rtx_pro_6000": (96, 1792, 5),
 }
 # Nominal x16 link rate per direction: Gen3 8 GT/s * 128/130 * 16 / 8 = 15.75 GB/s [C], Gen4
 # "32+32 GB/s", Gen5 "128 GB/s bidirectional" (hardware_sources.md). A copy rate above it is
