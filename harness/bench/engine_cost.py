@@ -50,15 +50,13 @@ def _setting(run, batch: int, cache_gb: float | None, core: str, repeats: int) -
     from dataclasses import replace
 
     from core.blocks import BlockIndex
-    from core.targets import build_target
-    from harness.runner.assembly import build_engine, memory_plan
-    from systems.base import System
+    from harness.runner.assembly import build_engine, build_system, memory_plan
 
     run = replace(run, plan=memory_plan(run.model, run.hw, run.trace, batch, cache_gb),
                   engine=replace(run.engine, max_batch=batch, core=core))
     times, counts = [], None
     for _ in range(repeats):
-        system = build_target(run.cfg["system"], "system", System)
+        system = build_system(run.cfg)
         BlockIndex.forget(run.trace)  # every run builds its index
         t0 = time.process_time()
         tables = build_engine(run, system).run().stored_tables()

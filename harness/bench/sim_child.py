@@ -56,10 +56,10 @@ def _setting(system_name: str, requests: int, max_batch: int) -> tuple[Run, floa
 
 
 def _system(s: Run):
-    from core.targets import build_target
-    from systems.base import System
+    """A fresh system of the run, as the runner builds it."""
+    from harness.runner.assembly import build_system
 
-    return build_target(s.cfg["system"], "system", System)
+    return build_system(s.cfg)
 
 
 def one_run(s: Run, system, notes: dict, memory: dict | None = None):

@@ -21,12 +21,10 @@ import yaml
 from core.atomic import write_json
 from core.paths import CONF_DIR
 from core.specs import hardware_spec_from_dict, model_spec_from_dict
-from core.targets import build_target
-from harness.runner.assembly import assemble, build_engine, load_routing
+from harness.runner.assembly import assemble, build_engine, build_system, load_routing
 from harness.runner.config import compose_config
 from harness.runner.run_types import Run
 from harness.sim.backend_sim import SimBackend
-from systems.base import System
 
 
 def reduced_spec(data: dict, num_moe_layers: int | None, bits: float, scale: float,
@@ -184,12 +182,8 @@ def _calibration(run: Run):
                         memo=run.memo)
 
 
-def _fresh_system(run: Run) -> System:
-    return build_target(run.cfg["system"], "system", System)
-
-
 def _simulated(run: Run) -> dict:
-    system = _fresh_system(run)
+    system = build_system(run.cfg)
     engine = build_engine(run, system)
     if run.calibration is not None:
         system.warmup(run.calibration)
@@ -206,7 +200,7 @@ def _live(run: Run, args: argparse.Namespace, dtype, slots: int):
     vocab = run.model.vocab_size - 3
     prompts = [[(7 * r + i) % vocab + 3 for i in range(int(n))]
                for r, n in enumerate(run.trace.prompt_len)]
-    res = run_live(model, run.trace, _fresh_system(run), slots, prompts, device=args.device,
+    res = run_live(model, run.trace, build_system(run.cfg), slots, prompts, device=args.device,
                    replay=True, copy_ms=SimBackend(run.model, run.hw).expert_copy_ms,
                    calibration=run.calibration)
     return res.rec.tables(), res.backend, build_s

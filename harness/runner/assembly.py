@@ -56,6 +56,13 @@ def at_batch(run: Run, max_batch: int) -> Run:
     return replace(run, plan=plan, engine=replace(run.engine, max_batch=max_batch))
 
 
+def build_system(cfg: dict) -> System:
+    """The config's system (`_target_` allowlisted) with the config's `policy_kernels` (checked
+    by check_run_config): a fresh one for each run that replays an assembled Run."""
+    system = build_target(cfg["system"], "system", System)
+    return system.use_policy_kernels(cfg.get("policy_kernels", "auto"))
+
+
 def assemble(cfg: dict, memo: RunMemo | None = None, *, model: ModelSpec | None = None,
              hw: HardwareSpec | None = None, system: System | None = None,
              all_fields: bool = False) -> Run:
@@ -67,9 +74,7 @@ def assemble(cfg: dict, memo: RunMemo | None = None, *, model: ModelSpec | None 
     run_dir = check_run_config(cfg)
     model = model or model_spec_from_dict(cfg["model"], "model")
     hw = hw or hardware_spec_from_dict(cfg["hardware"], "hardware")
-    if system is None:
-        system = build_target(cfg["system"], "system", System)
-        system.use_policy_kernels(cfg.get("policy_kernels", "auto"))  # checked: check_run_config
+    system = system or build_system(cfg)
     check_fits(cfg, model, system)  # a run that cannot fit is refused before its trace exists
     fields = None if all_fields else system.uses_fields
     trace = check_shape(load_routing(cfg, model, "measure", fields=fields, memo=memo), model)
