@@ -10,34 +10,18 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, fields
-from typing import Any
 
-GIB = 2**30
+from core.spec_base import GIB, SpecError, check_keys, name_keys, positive
+from core.tier_specs import (
+    HostSpec,
+    NvmeSpec,
+    dequant_table,
+    host_spec_from_dict,
+    nvme_spec_from_dict,
+)
 
-
-class SpecError(ValueError):
-    """A spec (model, hardware or run config) is malformed; the message names the key."""
-
-
-def _check_keys(where: str, data: dict, required: set[str], optional: set[str]) -> None:
-    unknown = sorted(set(data) - required - optional)
-    if unknown:
-        allowed = sorted(required | optional)
-        raise SpecError(f"{where}: unknown key(s) {unknown}; allowed: {allowed}")
-    missing = sorted(required - set(data))
-    if missing:
-        raise SpecError(f"{where}: missing key(s) {missing}")
-
-
-def _positive(where: str, key: str, value: Any, *, integer: bool = False, zero_ok=False) -> Any:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise SpecError(f"{where}.{key}: expected a number, got {value!r}")
-    if math.isnan(value) or math.isinf(value) or value < 0 or (value == 0 and not zero_ok):
-        kind = "non-negative" if zero_ok else "positive"
-        raise SpecError(f"{where}.{key}: must be a finite {kind} number, got {value!r}")
-    if integer and int(value) != value:
-        raise SpecError(f"{where}.{key}: expected an integer, got {value!r}")
-    return int(value) if integer else float(value)
+__all__ = ["GIB", "HardwareSpec", "HostSpec", "LayerSpec", "ModelSpec", "NvmeSpec", "SpecError",
+           "hardware_spec_from_dict", "model_spec_from_dict"]
 
 
 @dataclass(frozen=True)
@@ -170,7 +154,7 @@ def _stack_layers(spec: dict, stack: str, n: int, start_index: int, start_moe: i
 
 def model_spec_from_dict(data: dict, where: str = "model") -> ModelSpec:
     data = dict(data)
-    _check_keys(where, data, _MODEL_REQUIRED, _MODEL_OPTIONAL)
+    check_keys(where, data, _MODEL_REQUIRED, _MODEL_OPTIONAL)
     _check_names(data, where)
     _check_numbers(data, where)
     enc = data.get("encoder_layers", 0)
@@ -205,14 +189,14 @@ def _check_numbers(data: dict, where: str) -> None:
             "ffn_matrices", "attention_params_per_layer", "vocab_size",
             "kv_elems_per_token_per_layer"]
     for key in ints:
-        data[key] = _positive(where, key, data[key], integer=True)
+        data[key] = positive(where, key, data[key], integer=True)
     zero_ok = ["moe_first_layer", "num_shared_experts", "encoder_layers", "shared_expert_ffn_size",
                "dense_ffn_size", "dense_residual_ffn_size", "cross_attention_params_per_layer"]
     for key in zero_ok:
         if key in data:
-            data[key] = _positive(where, key, data[key], integer=True, zero_ok=True)
+            data[key] = positive(where, key, data[key], integer=True, zero_ok=True)
     for key in ("expert_bits", "dense_bits"):
-        data[key] = _positive(where, key, data[key])
+        data[key] = positive(where, key, data[key])
     if data["top_k"] > data["num_experts"]:
         raise SpecError(f"{where}.top_k: {data['top_k']} exceeds num_experts {data['num_experts']}")
     if data["num_shared_experts"] and not data.get("shared_expert_ffn_size"):
@@ -232,6 +216,13 @@ class HardwareSpec:
     expert_overhead_us: float  # framework cost per expert call
     iteration_overhead_us: float  # framework cost per forward pass (sampling, scheduling)
     runtime_reserve_gb: float  # GiB kept for CUDA context, activations, allocator slack
+    # Optional parts (docs/hardware.md); absent: unbounded host memory, no CPU execution, no
+    # NVMe tier, the GPU profile's own link, free dequantisation (refused for quantized experts)
+    host: HostSpec | None = None  # conf/hardware/host: DRAM, CPU
+    nvme: NvmeSpec | None = None  # conf/hardware/nvme: the tier below host memory
+    link: str | None = None  # conf/hardware/link: the profile that set h2d_gbps / latency
+    # ((expert bits, 1e9 parameters dequantised per s), ...) ascending by bits
+    dequant_gparams_per_s: tuple[tuple[int, float], ...] = ()
 
     @property
     def gpu_mem_bytes(self) -> int:
@@ -241,18 +232,29 @@ class HardwareSpec:
     def runtime_reserve_bytes(self) -> int:
         return int(self.runtime_reserve_gb * GIB)
 
+    def dequant_rate(self, bits: float) -> float | None:
+        """1e9 parameters per s this GPU dequantises experts of `bits` at; None: no entry."""
+        return dict(self.dequant_gparams_per_s).get(int(bits)) if bits == int(bits) else None
+
 
 _HW_ZERO_OK = {"h2d_latency_us", "layer_overhead_us", "expert_overhead_us",
                "iteration_overhead_us", "runtime_reserve_gb"}
+_HW_OPTIONAL = {"host", "nvme", "link", "dequant_gparams_per_s"}
 
 
 def hardware_spec_from_dict(data: dict, where: str = "hardware") -> HardwareSpec:
     data = dict(data)
-    names = {f.name for f in fields(HardwareSpec)}
-    _check_keys(where, data, names, set())
-    for key in ("name", "display_name"):
-        if not isinstance(data[key], str) or not data[key]:
-            raise SpecError(f"{where}.{key}: expected a non-empty string")
+    names = {f.name for f in fields(HardwareSpec)} - _HW_OPTIONAL
+    check_keys(where, data, names, _HW_OPTIONAL)
+    name_keys(where, data)
     for key in names - {"name", "display_name"}:
-        data[key] = _positive(where, key, data[key], zero_ok=key in _HW_ZERO_OK)
+        data[key] = positive(where, key, data[key], zero_ok=key in _HW_ZERO_OK)
+    if data.get("host") is not None:
+        data["host"] = host_spec_from_dict(data["host"], f"{where}.host")
+    if data.get("nvme") is not None:
+        data["nvme"] = nvme_spec_from_dict(data["nvme"], f"{where}.nvme")
+    if data.get("link") is not None:
+        name_keys(where, data, ("link",))
+    data["dequant_gparams_per_s"] = dequant_table(data.get("dequant_gparams_per_s"),
+                                                  f"{where}.dequant_gparams_per_s")
     return HardwareSpec(**data)

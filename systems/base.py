@@ -51,6 +51,9 @@ class System:
     uses_fields: tuple[str, ...] = ()  # optional trace fields read; fallbacks in docs/systems.md
     prefetch = True  # set per instance by __init__ (subclasses call super().__init__(prefetch))
     policy_kernels = "auto"  # the config's policy_kernels (use_policy_kernels), read in bind
+    # systems/miss_handlers MissHandler asked which missed experts run on the host CPU
+    # (docs/hardware.md); None: every miss is fetched
+    miss_handler = None
 
     def __init__(self, prefetch: bool = True):
         # `system.prefetch=false` is the one switch that turns a system's prefetch off: the

@@ -1,6 +1,7 @@
 """composed: a system built from an evictor, a prefetcher and an optional admission rule.
 
     moebench system=composed system/evictor=lfu system/prefetcher=spec_next_layer
+    moebench system=composed system/miss_handler=cost_based hardware/host=ddr5_dual_channel
 
 Each part is a config node with a `_target_` (conf/system/evictor/*.yaml,
 conf/system/prefetcher/*.yaml) that must subclass Evictor / Prefetcher / Admission, built
@@ -14,6 +15,8 @@ Engine events are forwarded (docs/architecture.md has the order):
                      engine loads into it whatever a system answers.
   on_load / on_evict -> evictor.on_insert / on_evict, then the prefetcher's
   on_step_end -> evictor, then prefetcher; request hooks and warmup -> prefetcher.
+The miss handler (conf/system/miss_handler/*.yaml; null: fetch) is asked by the engine itself
+which missed experts run on the host CPU (docs/hardware.md); it sees no other event.
 `prefetch: false` turns the prefetcher off: the engine never asks, and the prefetcher sees
 no event after bind (it is not warmed up either).
 """
@@ -25,6 +28,7 @@ from core.targets import build_part
 from systems.admission import Admission
 from systems.base import System
 from systems.evictors.base import Evictor
+from systems.miss_handlers.base import MissHandler
 from systems.prefetchers.base import Prefetcher
 
 
@@ -32,7 +36,8 @@ class Composed(System):
     name = "composed"
     label = "composed: an evictor + a prefetcher (+ an admission rule)"
 
-    def __init__(self, evictor=None, prefetcher=None, admission=None, prefetch: bool = True):
+    def __init__(self, evictor=None, prefetcher=None, admission=None, prefetch: bool = True,
+                 miss_handler=None):
         super().__init__(prefetch)
         if evictor is None:
             raise KnobError("evictor: a composed system needs an evictor node (_target_)")
@@ -48,6 +53,8 @@ class Composed(System):
                            if prefetcher is not None else _none())
         self.admission = (build_part(admission, "admission", Admission)
                           if admission is not None else None)
+        self.miss_handler = (build_part(miss_handler, "miss_handler", MissHandler)
+                             if miss_handler is not None else None)
         # instance attributes the runner and the engine read (declared on System)
         self.oracle = bool(self.evictor.bound or self.prefetcher.oracle)
         self.uses_fields = tuple(dict.fromkeys((*self.evictor.uses_fields,
@@ -56,7 +63,8 @@ class Composed(System):
         if type(self) is Composed:  # named systems built on it keep their own label
             self.label = (f"composed: evictor {self.evictor.name} + prefetcher "
                           f"{self.prefetcher.name}"
-                          + (f" + admission {self.admission.name}" if self.admission else ""))
+                          + (f" + admission {self.admission.name}" if self.admission else "")
+                          + (f" + misses {self.miss_handler.name}" if self.miss_handler else ""))
 
     def _parts(self):
         return [("evictor", self.evictor), ("prefetcher", self.prefetcher),
@@ -151,6 +159,8 @@ class Composed(System):
         out = super().describe()
         for where, part in self._parts():
             out[where] = None if part is None else part.describe()
+        if self.miss_handler is not None:  # absent: fetch (older records have no key)
+            out["miss_handler"] = self.miss_handler.describe()
         return out
 
 

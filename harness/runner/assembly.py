@@ -36,7 +36,9 @@ from harness.runner.trace_cache import cached_trace
 from harness.sim.backend_sim import SimBackend
 from harness.sim.engine import Engine
 from harness.sim.memory import MemoryPlan, plan_memory
+from harness.sim.tiers import Tiers
 from systems.base import System
+from systems.evictors.base import Evictor
 
 
 def context_length(trace: Trace) -> int:
@@ -76,6 +78,7 @@ def assemble(cfg: dict, memo: RunMemo | None = None, *, model: ModelSpec | None 
     hw = hw or hardware_spec_from_dict(cfg["hardware"], "hardware")
     system = system or build_system(cfg)
     check_fits(cfg, model, system)  # a run that cannot fit is refused before its trace exists
+    tiers_of(cfg, hw).check(model, system)  # host, NVMe and CPU-run misses (docs/hardware.md)
     fields = None if all_fields else system.uses_fields
     trace = check_shape(load_routing(cfg, model, "measure", fields=fields, memo=memo), model)
     settings = EngineSettings.of(cfg)
@@ -91,6 +94,14 @@ def assemble(cfg: dict, memo: RunMemo | None = None, *, model: ModelSpec | None 
                started=started, planned=planned)
 
 
+def tiers_of(cfg: dict, hw: HardwareSpec) -> Tiers:
+    """The run's memory tiers, with a fresh host evictor (config group host_evictor, a zoo
+    evictor; absent: lru)."""
+    node = cfg.get("host_evictor")
+    evictor = None if node is None else build_target(node, "host_evictor", Evictor)
+    return Tiers(hw.host, hw.nvme, evictor, hw.h2d_gbps)
+
+
 def build_engine(run: Run, system: System | None = None) -> Engine:
     """The engine of the run, which binds the system (the run's own unless given): a knob out
     of range for this model or budget is an input error (exit 2, nothing written)."""
@@ -98,7 +109,8 @@ def build_engine(run: Run, system: System | None = None) -> Engine:
     try:
         return Engine(run.model, SimBackend(run.model, run.hw), run.trace,
                       run.system if system is None else system, run.plan.expert_cache_bytes,
-                      s.max_batch, progress=s.progress, time_policy=s.time_policy, core=s.core)
+                      s.max_batch, progress=s.progress, time_policy=s.time_policy, core=s.core,
+                      tiers=tiers_of(run.cfg, run.hw))
     except KnobError as exc:
         raise SpecError(f"system.{exc}") from exc
 

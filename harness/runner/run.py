@@ -93,6 +93,9 @@ def _simulate(run: Run, engine, result: Result) -> tuple[dict, dict]:
     m["spec_recall"] = recall  # null unless the system reads guesses
     m["compute_floor_ms"] = floor_ms  # the TPOT with every expert resident, no stall
     m["headroom"] = headroom(m["tpot_ms"]["mean"], floor_ms)
+    tier = engine.tier_metrics()  # only runs with memory tiers or CPU-run misses have them
+    if tier is not None:
+        m.update(tier)
     result.metrics = m
     # Diagnostics that are not per-access facts (not in the parquet files).
     result.engine = {"prefetches_dropped": int(rec.prefetch_dropped), "core": engine.core,

@@ -24,6 +24,8 @@ from harness.sim.cores import CORES
 from systems.base import POLICY_KERNELS
 
 GROUPS = ("model", "hardware", "system", "workload")
+# Groups a run may leave out (absent or null), each checked by its own builder.
+OPTIONAL_GROUPS = ("host_evictor",)
 # Groups that change how a run is reported, not what it computes (absent: none).
 REPORTING_GROUPS = ("logger",)
 
@@ -33,7 +35,7 @@ def known_keys() -> frozenset[str]:
     """Top-level keys of conf/config.yaml plus the config groups."""
     data = yaml.safe_load((CONF_DIR / "config.yaml").read_text())
     return (frozenset(k for k in data if k not in ("defaults", "hydra")) | set(GROUPS)
-            | set(REPORTING_GROUPS))
+            | set(OPTIONAL_GROUPS) | set(REPORTING_GROUPS))
 
 
 def _trace_path(cfg: dict, key: str) -> None:

@@ -6,7 +6,10 @@ Durations in ms, from the specs only (never measured wall time):
                  are 2 * params * tokens + 4 * (query, key) pairs * hidden for attention;
   expert call  = max(expert bytes / HBM, 2 * tokens * expert params / peak) + call overhead;
   copy         = per-copy latency + bytes / host-to-device bandwidth;
-  iteration    = LM head (bytes / HBM vs FLOPs / peak) + per-iteration framework overhead.
+  iteration    = LM head (bytes / HBM vs FLOPs / peak) + per-iteration framework overhead;
+  CPU expert   = max(expert bytes / host DRAM, 2 * tokens * expert params / CPU peak) + CPU
+                 call overhead + the tokens' hidden states over the link and back (two copies),
+                 only with a host profile (docs/hardware.md).
 """
 
 from __future__ import annotations
@@ -45,6 +48,15 @@ class SimBackend:
     def expert_ms(self, n_tokens: int) -> float:
         flops_ms = self._expert_flops_per_token * n_tokens / self._flops_per_ms
         return max(self._expert_mem_ms, flops_ms) + self._expert_overhead_ms
+
+    def cpu_expert_ms(self, n_tokens: int) -> float:
+        """One expert run on the host CPU for n_tokens (needs hardware.host)."""
+        host, m = self.hw.host, self.model
+        mem_ms = m.expert_bytes / (host.mem_gbps * 1e6)
+        flops_ms = self._expert_flops_per_token * n_tokens / (host.cpu_tflops * 1e9)
+        hidden_bytes = n_tokens * m.hidden_size * m.dense_bits / 8
+        return (max(mem_ms, flops_ms) + host.cpu_expert_overhead_us / 1e3
+                + 2 * self.transfer_ms(hidden_bytes))
 
     def iteration_ms(self, n_sequences: int) -> float:
         """LM head over the last token of each sequence plus per-step framework overhead."""

@@ -29,6 +29,9 @@ class CopyEngine:
         self.queue_ms = 0.0
         self.copy_free_ms = 0.0
         self.copy_ms = backend.expert_copy_ms
+        # harness/sim/tiers.py HostTier when host DRAM is bounded (None: every expert is in
+        # pinned host memory and a copy takes copy_ms from the moment the link is free)
+        self.tier = None
         # system.prefetch=false: propose_prefetch is never asked, the queue stays empty
         self.asks = bool(self.system.prefetch)
         self._choose = hooks.choose_victim
@@ -51,7 +54,10 @@ class CopyEngine:
                 return False
         else:
             self._evict(victim, key, issue)
-        ready = start + self.copy_ms
+        if self.tier is None:
+            ready = start + self.copy_ms
+        else:
+            start, ready = self.tier.copy_times(key, issue, start, self.copy_ms, kind == DEMAND)
         cache.reserve(key, ready, self.rec.transfer(key, kind, proposed, issue, start, ready))
         if self._load_fn is not None:
             self._load_fn(key, kind)
@@ -120,7 +126,11 @@ class CopyEngine:
             if not 0 <= key < self.n_keys:
                 raise EngineError(f"system {self.system.name} preloads invalid key {key}")
             t = self.copy_free_ms
-            self.copy_free_ms = ready = t + self.copy_ms
+            if self.tier is None:
+                ready = t + self.copy_ms
+            else:
+                t, ready = self.tier.copy_times(key, t, t, self.copy_ms, False)
+            self.copy_free_ms = ready
             self.cache.reserve(key, ready, self.rec.transfer(key, PRELOAD, 0.0, t, t, ready))
             if self._load_fn is not None:
                 self._load_fn(key, PRELOAD)

@@ -17,6 +17,7 @@ from harness.sim.copies import CopyEngine, EngineError
 from harness.sim.executor import SimExecutor
 from harness.sim.recorder import Recorder
 from harness.sim.step import LayerStep
+from harness.sim.step_tiers import TieredLayerStep
 
 CORES = ("auto", "compiled", "python")
 
@@ -32,15 +33,20 @@ def compiled_available() -> bool:
     return COMPILED_ERROR is None
 
 
-def resolve(core: str, backend) -> str:
-    """'compiled' or 'python' for `core` (one of CORES) with this backend."""
+def resolve(core: str, backend, tiered: bool = False) -> str:
+    """'compiled' or 'python' for `core` (one of CORES) with this backend; `tiered`: the run
+    has memory tiers or CPU-run misses (docs/hardware.md), which only the python core runs."""
     if core not in CORES:
         raise EngineError(f"engine_core: must be one of {', '.join(CORES)}, got {core!r}")
     moves_weights = any(getattr(backend, name, None) is not None
                         for name in ("load_expert", "evict_expert"))
     if core == "auto":
-        return "compiled" if compiled_available() and not moves_weights else "python"
+        return ("compiled" if compiled_available() and not moves_weights and not tiered
+                else "python")
     if core == "compiled":
+        if tiered:
+            raise EngineError("engine_core: 'compiled' has no memory tiers or CPU-run misses; "
+                              "this run needs 'python' (or auto)")
         if not compiled_available():
             raise EngineError(f"engine_core: 'compiled' is not built ({COMPILED_ERROR}); "
                               "reinstall with a C++ compiler (pip install -e .) or use "
@@ -59,13 +65,20 @@ def make_state(core: str, capacity_bytes: int, expert_bytes: int, n_keys: int):
     return ExpertCache(capacity_bytes, expert_bytes), Recorder(expert_bytes)
 
 
-def make_step(core: str, index, view, hooks, cache, rec, backend, num_experts: int):
-    """(copy engine, layer step) of the resolved core."""
+def make_step(core: str, index, view, hooks, cache, rec, backend, num_experts: int,
+              tier=None, miss_handler=None):
+    """(copy engine, layer step) of the resolved core; with a host `tier` (tiers.py), the
+    python core's tiered step (step_tiers.py), which asks `miss_handler` about misses."""
     n_keys = num_experts * index.L
     if core == "compiled":
         copies = fast_copies.FastCopyEngine(hooks, cache, rec, backend, n_keys)
         return copies, fast_step.FastLayerStep(index, view, hooks, copies, cache, rec,
                                                backend, num_experts)
     copies = CopyEngine(hooks, cache, rec, backend, n_keys)
+    if tier is not None:
+        copies.tier = tier if tier.bounded else None
+        handler = miss_handler if miss_handler is not None and miss_handler.runs_on_cpu else None
+        return copies, TieredLayerStep(index, view, hooks, copies, cache, rec,
+                                       SimExecutor(backend), num_experts, tier, handler, backend)
     return copies, LayerStep(index, view, hooks, copies, cache, rec, SimExecutor(backend),
                              num_experts)

@@ -29,6 +29,7 @@ from harness.sim import cores
 from harness.sim.copies import EngineError
 from harness.sim.hooks import Hooks
 from harness.sim.recorder import Recorder
+from harness.sim.tiers import Tiers
 from systems.base import System
 
 __all__ = ["Engine", "EngineError"]
@@ -37,7 +38,7 @@ __all__ = ["Engine", "EngineError"]
 class Engine:
     def __init__(self, model, backend, trace, system: System, capacity_bytes: int,
                  max_batch: int = 1, progress: bool = False, time_policy: bool = False,
-                 core: str = "auto"):
+                 core: str = "auto", tiers: Tiers | None = None):
         if trace.num_layers != model.num_moe_layers or trace.num_experts != model.num_experts:
             raise EngineError(f"trace shape (L={trace.num_layers}, E={trace.num_experts}) does "
                               f"not match model {model.name} (L={model.num_moe_layers}, "
@@ -45,8 +46,10 @@ class Engine:
         self.model, self.backend, self.trace, self.system = model, backend, trace, system
         self.max_batch, self.progress = max_batch, progress
         self.E, self.L = model.num_experts, model.num_moe_layers
+        # memory tiers or CPU-run misses (docs/hardware.md): None unless the run has them
+        tiers = tiers if tiers is not None and tiers.active(system, model, trace) else None
         # compiled or python (harness/sim/cores.py): the same results, another speed
-        self.core = cores.resolve(core, backend)
+        self.core = cores.resolve(core, backend, tiered=tiers is not None)
         self.cache, self.rec = cores.make_state(self.core, capacity_bytes, model.expert_bytes,
                                                 self.E * self.L)
         if self.cache.capacity_slots < 1:
@@ -57,23 +60,33 @@ class Engine:
         # Bind now, so a history-based system can use its context in warmup(); the hooks
         # are taken after it, since bind may route a hook straight to a part (composed).
         t0 = time.perf_counter()
-        system.bind(SystemContext(
+        ctx = SystemContext(
             num_layers=self.L, num_experts=self.E, top_k=trace.top_k,
             expert_bytes=model.expert_bytes, capacity_slots=self.cache.capacity_slots,
             capacity_bytes=self.cache.capacity_bytes, max_batch=max_batch,
             moe_layer_stacks=tuple(trace.meta["moe_layer_stacks"]),
             trace_fields=tuple(f for f in ("weights", "probs", "spec_topk", "embeddings",
                                            "prompts") if f not in trace.missing_fields()),
-            trace=trace if system.oracle else None))
+            trace=trace if system.oracle else None)
+        system.bind(ctx)
         self._bind_s = time.perf_counter() - t0
         # time_policy: each hook call is timed into policy_s (off: plain bound methods)
         self.hooks = Hooks(system, time_policy)
         self.index = BlockIndex.of(trace)
         if self.core == "compiled":  # at most one access per union entry, one row per block
             self.rec.reserve(len(self.index.ids_array), len(self.index.bounds_array) - 1)
+        self.tier = None if tiers is None else tiers.host_tier(model, trace, ctx, backend)
         self.copies, self.step = cores.make_step(self.core, self.index, RoutingView(self.index),
                                                  self.hooks, self.cache, self.rec, backend,
-                                                 self.E)
+                                                 self.E, self.tier, system.miss_handler)
+
+    def tier_metrics(self) -> dict | None:
+        """The host tier's and the CPU's counts (docs/hardware.md); None without tiers."""
+        if self.tier is None:
+            return None
+        cpu = getattr(self.step, "cpu", None)
+        return {**self.tier.summary(), "cpu_runs": cpu.runs if cpu is not None else 0,
+                "cpu_busy_ms": cpu.busy_ms if cpu is not None else 0.0}
 
     @property
     def policy_s(self) -> float | None:
@@ -178,6 +191,8 @@ class Engine:
         self.copies.advance(now)
         self.rec.iteration(info.index, info.kind, start, now, members)
         self.hooks.on_step_end(info, now)
+        if self.tier is not None:
+            self.tier.on_step_end(info, now)
         self.copies.ask(now)
         return now
 

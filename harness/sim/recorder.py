@@ -24,8 +24,8 @@ import numpy as np
 
 from harness.sim.tables import eager, full_tables
 
-HIT, LATE, MISS = 0, 1, 2
-CLASS_NAMES = ("hit", "late", "miss")
+HIT, LATE, MISS, CPU = 0, 1, 2, 3  # CPU: run on the host CPU, no copy (step_tiers.py)
+CLASS_NAMES = ("hit", "late", "miss", "cpu")
 PREFETCH, DEMAND, PRELOAD = 0, 1, 2
 KIND_NAMES = ("prefetch", "demand", "preload")
 ACC_COLS = 6  # values per access row: expert, class, transfer id, need ms, start ms, owner request

@@ -68,7 +68,10 @@ def first_use(tid: np.ndarray, n_tr: int) -> np.ndarray:
     out = np.full(n_tr, n_acc, dtype=np.int64)
     for lo in range(0, n_acc, _CHUNK):
         hi = min(lo + _CHUNK, n_acc)
-        np.minimum.at(out, tid[lo:hi], np.arange(lo, hi))
+        part, at = tid[lo:hi], np.arange(lo, hi)
+        if len(part) and part.min() < 0:  # CPU-run accesses have no transfer (-1)
+            part, at = part[part >= 0], at[part >= 0]
+        np.minimum.at(out, part, at)
     out[out == n_acc] = -1
     return out
 
@@ -126,12 +129,18 @@ class _Derive:
             return acc[name].astype(_WIDEN[name])
         if name in ("issued_by", "issue_ms", "ready_ms"):
             src = self.tr["kind" if name == "issued_by" else name]
-            return src[tid] if self.n_acc else np.zeros(0, src.dtype)
+            if not self.n_acc:
+                return np.zeros(0, src.dtype)
+            out = src[tid]
+            if tid.min() < 0:  # CPU-run accesses: no transfer (-1 kind, NaN times)
+                out = np.where(tid >= 0, out, -1 if name == "issued_by" else np.nan)
+                out = out.astype(src.dtype)
+            return out
         if name == "stall_ms":
             return acc["start_ms"] - acc["need_ms"]
         if name == "bytes":
             used = (self.first_use()[tid] == np.arange(self.n_acc) if self.n_acc
-                    else np.zeros(0, bool))
+                    else np.zeros(0, bool)) & (tid >= 0)
             return np.where(used, self.expert_bytes, 0)
         if name == "step":
             return _steps(self.tok, acc["iteration"], acc["request"])

@@ -1,0 +1,22 @@
+"""The MissHandler interface: which of a layer's missed experts run on the host CPU.
+
+At a MoE layer the engine asks, once, about the experts that are neither resident nor in
+flight (harness/sim/step_tiers.py); those named run on the CPU stream beside the GPU's, the
+rest are demand-fetched as always. `choose_cpu` is a pure query over the costs the engine
+offers (harness/sim/cpu_misses.py MissCosts, all in ms). A handler that never names one
+(`runs_on_cpu = False`, the default `fetch`) leaves the engine's one-link path as it is.
+"""
+
+from __future__ import annotations
+
+
+class MissHandler:
+    name = "base"
+    runs_on_cpu = True  # False: never names an expert (the engine keeps its compiled core)
+
+    def choose_cpu(self, layer: int, missing: list[tuple[int, int]], costs) -> set[int]:
+        """Of `missing` ((expert id, tokens) in ascending id), the experts the CPU runs."""
+        raise NotImplementedError
+
+    def describe(self) -> dict:
+        return {"name": self.name}
