@@ -1,8 +1,8 @@
 """The layer step with memory tiers and CPU-run misses (Python core only; docs/hardware.md).
 
 It is harness/sim/step.py's LayerStep with two additions:
-- the host evictor (harness/sim/tiers.py) sees each layer step's routed keys after the
-  system does;
+- the host tier (harness/sim/tiers.py) learns the running iteration, to which the DRAM
+  reads it tells its evictor about belong;
 - a miss handler picks, among the layer's missing experts, those the CPU runs
   (harness/sim/cpu_misses.py); they leave the demand fetches, run on the CPU stream from the
   layer's start, and the layer ends when the GPU's experts and the CPU's are both done. Each
@@ -29,10 +29,8 @@ class TieredLayerStep(LayerStep):
         system_routed = self._routed
 
         def routed(routing, now: float) -> None:
+            tier.on_routed(routing.iteration)
             system_routed(routing, now)
-            base = routing.layer * num_experts
-            tier.on_access(routing.iteration, routing.layer,
-                           [base + e for e in routing.experts], now)
 
         self._routed = routed
 

@@ -131,16 +131,19 @@ class _Derive:
             src = self.tr["kind" if name == "issued_by" else name]
             if not self.n_acc:
                 return np.zeros(0, src.dtype)
-            out = src[tid]
-            if tid.min() < 0:  # CPU-run accesses: no transfer (-1 kind, NaN times)
-                out = np.where(tid >= 0, out, -1 if name == "issued_by" else np.nan)
-                out = out.astype(src.dtype)
+            if tid.min() >= 0:
+                return src[tid]
+            # CPU-run accesses have no transfer (-1): kind -1, NaN times
+            out = np.full(self.n_acc, -1 if name == "issued_by" else np.nan, src.dtype)
+            copied = tid >= 0
+            out[copied] = src[tid[copied]]
             return out
         if name == "stall_ms":
             return acc["start_ms"] - acc["need_ms"]
         if name == "bytes":
-            used = (self.first_use()[tid] == np.arange(self.n_acc) if self.n_acc
-                    else np.zeros(0, bool)) & (tid >= 0)
+            used = np.zeros(self.n_acc, bool)  # the copy's first use (CPU runs: none)
+            copied = tid >= 0
+            used[copied] = self.first_use()[tid[copied]] == np.flatnonzero(copied)
             return np.where(used, self.expert_bytes, 0)
         if name == "step":
             return _steps(self.tok, acc["iteration"], acc["request"])

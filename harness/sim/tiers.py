@@ -14,8 +14,13 @@ The contract is docs/hardware.md. In short:
   free and the first `chunk_mb` is in DRAM, and ends no earlier than the last chunk's copy
   after the read (`copy_times`).
 
-The host evictor sees the layer steps the GPU cache sees (`on_access` with the step's keys,
-`on_step_end`) and the DRAM's own inserts and evictions.
+The host evictor sees what DRAM sees: each read of an expert from DRAM (for a GPU copy or a
+CPU run) is an `on_access` of that key (with the running iteration and the key's layer), a
+read from NVMe is then its `on_insert` (after `choose_victim` / `on_evict` when DRAM is
+full), and `on_step_end` closes each iteration. It does not see the GPU's hits: DRAM is a
+second level that serves the GPU's misses and prefetches (as a page cache serves reads).
+A clairvoyant evictor (belady) plans on the GPU's routed stream, not on these reads, and is
+refused here.
 """
 
 from __future__ import annotations
@@ -45,6 +50,10 @@ class Tiers:
                 and self.host.expert_capacity_bytes < model.total_expert_bytes)
 
     def check(self, model, system) -> None:
+        if self.evictor is not None and self.evictor.bound:
+            raise SpecError(f"host_evictor: {self.evictor.name} plans on the GPU's routed "
+                            "stream, not on the reads host DRAM serves; pick a non-clairvoyant "
+                            "zoo evictor")
         handler = system.miss_handler
         if handler is not None and handler.runs_on_cpu and self.host is None:
             raise SpecError(f"system.miss_handler: {handler.name} runs experts on the host CPU, "
@@ -73,8 +82,6 @@ class Tiers:
         evictor = self.evictor
         if evictor is None:
             evictor = LRUEvictor()
-        if evictor.bound:  # a clairvoyant host evictor reads the trace, as on the GPU
-            ctx = replace(ctx, trace=trace)
         return HostTier(self.host, self.nvme if self.bounded(model) else None,
                         model.expert_bytes, ctx.total_experts, evictor, ctx, self.link_gbps)
 
@@ -125,7 +132,8 @@ class HostCandidates:
 
 class HostTier:
     def __init__(self, host, nvme, expert_bytes: int, n_keys: int, evictor, ctx, link_gbps):
-        self.expert_bytes = expert_bytes
+        self.expert_bytes, self.num_experts = expert_bytes, ctx.num_experts
+        self.info = None  # the running iteration (IterationInfo), set by the layer step
         room = n_keys if host is None else host.expert_capacity_bytes // expert_bytes
         self.capacity_slots = min(n_keys, room)
         self.bounded = self.capacity_slots < n_keys
@@ -163,6 +171,7 @@ class HostTier:
         reading it from NVMe if it is not there."""
         if not self.bounded:
             return t, t
+        self.evictor.on_access(self.info, key // self.num_experts, [key], t)
         ready = self.ready_ms.get(key)
         if ready is not None:
             self.hits += 1
@@ -210,10 +219,10 @@ class HostTier:
         self.evictor.on_evict(victim, t)
         return True
 
-    # ---- what the step forwards to the host evictor -----------------------------------------
-    def on_access(self, info, layer: int, keys, now: float) -> None:
-        if self.bounded:
-            self.evictor.on_access(info, layer, keys, now)
+    # ---- what the engine forwards to the host evictor ---------------------------------------
+    def on_routed(self, info) -> None:
+        """The running iteration (the one a DRAM read belongs to)."""
+        self.info = info
 
     def on_step_end(self, info, now: float) -> None:
         if self.bounded:

@@ -1,0 +1,104 @@
+"""Memory tiers in whole runs: bytes conserved per tier, a monotone bound, clear errors.
+
+Host and NVMe parts are given inline (not the conf/hardware/host|nvme profiles), so these
+checks hold whatever the profiles say. DeepSeek-V2-Lite's expert is 3 x 2048 x 1408 bf16 =
+17,301,504 bytes; 26 MoE layers x 64 experts = 1,664 experts.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from core.specs import SpecError
+from harness.runner.assembly import assemble, build_engine
+from harness.runner.config import compose_config
+from harness.runner.run import execute
+
+EXPERT_BYTES = 3 * 2048 * 1408 * 2
+NVME = ("+hardware.nvme={name:n,display_name:n,capacity_gb:100,read_gbps:7,latency_us:80,"
+        "queue_depth:4,chunk_mb:4}")
+SMALL = ["workload.num_requests=3", "workload.prompt_len=24", "workload.output_len=6",
+         "calibration_requests=4", "progress=false", "expert_cache_gb=2"]
+
+
+def host(slots: int) -> str:
+    """A host whose DRAM holds exactly `slots` DeepSeek-V2-Lite experts."""
+    return ("+hardware.host={name:h,display_name:h,dram_gb:%r,reserve_gb:0,mem_gbps:80,"
+            "cpu_tflops:2,cpu_expert_overhead_us:50}" % (slots * EXPERT_BYTES / 2**30))
+
+
+def cfg_of(tmp_path, *overrides, name="t"):
+    return compose_config([*SMALL, *overrides], run_name=name, results_dir=str(tmp_path))
+
+
+@pytest.mark.parametrize("overrides", [
+    ["system=lru"],
+    ["system=fmoe", "system.store_capacity=12", "host_evictor=lfu"],
+    ["system=composed", "system/miss_handler=cost_based", "host_evictor=fifo"],
+], ids=["lru", "fmoe-lfu", "cost_based-fifo"])
+def test_bytes_are_conserved_per_tier(tmp_path, overrides):
+    run = assemble(cfg_of(tmp_path, host(600), NVME, *overrides))
+    engine = build_engine(run)
+    tables = engine.run().tables()
+    m, tier = engine.tier_metrics(), engine.tier
+    n_copies = len(tables["transfers"]["key"])
+    # every expert that reached the GPU or the CPU was read from DRAM or from NVMe
+    assert m["host_hits"] + m["nvme_reads"] == n_copies + m["cpu_runs"]
+    assert m["nvme_read_bytes"] == m["nvme_reads"] * EXPERT_BYTES
+    # DRAM: what started there, plus what NVMe reads kept, less what left, is what is there
+    kept = m["nvme_reads"] - m["host_bypasses"]
+    assert 600 + kept - m["host_evictions"] == len(tier.ready_ms) <= 600
+    assert m["peak_host_expert_bytes"] <= 600 * EXPERT_BYTES
+    assert m["nvme_reads"] > 0 and m["host_evictions"] > 0  # the tier was exercised
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_more_dram_never_adds_oracle_nvme_reads_or_demand_misses(tmp_path, seed):
+    # The oracle's GPU decisions plan on the routing alone; its DRAM reads are what the GPU
+    # fetches, served by an lru host (a stack algorithm: a larger DRAM holds a superset).
+    rows = []
+    for slots in (150, 500, 1000, 1600):
+        cfg = cfg_of(tmp_path, host(slots), NVME, "system=oracle", f"seed={seed}",
+                     name=f"o{seed}-{slots}")
+        m = execute(assemble(cfg)).record()["metrics"]
+        rows.append((m["nvme_reads"], m["demand_fetches"], m["misses"]))
+    for smaller, larger in zip(rows, rows[1:]):
+        assert larger[0] <= smaller[0] and larger[1] <= smaller[1] and larger[2] <= smaller[2]
+    assert rows[0][0] > rows[-1][0]  # and DRAM does matter here
+
+
+def test_unbounded_host_changes_nothing(tmp_path):
+    # A host that holds every expert, with an NVMe tier that is then never read: the same
+    # tables and metrics as the run without either.
+    plain = execute(assemble(cfg_of(tmp_path, "system=lru", name="plain"))).record()
+    tiered = execute(assemble(cfg_of(tmp_path, "system=lru", host(1664), NVME,
+                                     name="tiered"))).record()
+    assert tiered["metrics"] == plain["metrics"]
+
+
+@pytest.mark.parametrize("overrides, message", [
+    ([host(600)], r"hardware.host: the experts need 26.81 GiB and host DRAM leaves 9.67"),
+    ([host(600), NVME.replace("capacity_gb:100", "capacity_gb:20")],
+     r"hardware.nvme.capacity_gb: 20.0 GiB cannot hold the model's experts \(26.81 GiB\)"),
+    (["hardware.rtx_a5000" and "+hardware.host={name:h,display_name:h,dram_gb:0.01,"
+      "reserve_gb:0,mem_gbps:80,cpu_tflops:2,cpu_expert_overhead_us:50}", NVME],
+     r"hardware.host: dram_gb - reserve_gb = 0.01 GiB holds no expert"),
+    (["system=composed", "system/miss_handler=cpu"],
+     r"system.miss_handler: cpu runs experts on the host CPU"),
+    ([host(600), NVME, "host_evictor=belady"], r"host_evictor: belady plans on the GPU's"),
+    ([host(600), NVME, "engine_core=compiled"], r"engine_core: 'compiled' has no memory tiers"),
+    ([host(600).replace("reserve_gb:0", "reserve_gb:20")], r"hardware.host.reserve_gb: 20"),
+    ([NVME.replace("queue_depth:4", "queue_depth:2.5"), host(600)],
+     r"hardware.nvme.queue_depth: expected an integer, got 2.5"),
+    ([NVME.replace("latency_us:80", "latency_us:80,iops:3")],
+     r"hardware.nvme: unknown key\(s\) \['iops'\]"),
+    ([host(600).replace("mem_gbps:80", "mem_gbps:-1")],
+     r"hardware.host.mem_gbps: must be a finite positive number, got -1"),
+], ids=["no-nvme", "small-nvme", "tiny-host", "cpu-no-host", "belady-host", "compiled",
+        "reserve", "queue-depth", "unknown-key", "negative"])
+def test_bad_tier_inputs_are_refused_before_anything_is_written(tmp_path, overrides, message):
+    cfg = cfg_of(tmp_path, *overrides)
+    with pytest.raises((SpecError, RuntimeError), match=message):
+        run = assemble(cfg)
+        build_engine(run)
+    assert not any(tmp_path.iterdir())
