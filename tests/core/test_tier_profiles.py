@@ -6,21 +6,26 @@ would pass the 400-line limit. Each file must carry exactly the schema's keys, n
 after its stem, tag every number [R]/[C]/[G] on its own line (the raw text is read, as a
 reader of the yaml sees it), stay within sane ranges, and match the headline numbers below,
 hand-copied from the sources its comments name, so that a changed value must change this
-test too.
+test too. Every host x NVMe x link combination parses through
+core.specs.hardware_spec_from_dict beside a GPU profile, merged by hand and composed by Hydra.
 """
 
 from __future__ import annotations
 
 import re
+from itertools import product
 from pathlib import Path
 
 import pytest
 import yaml
 from helpers import ROOT
 
+from core.specs import hardware_spec_from_dict
 from harness.runner.config import compose_config
+from harness.runner.runconfig import check_before_naming
 
 HARDWARE = ROOT / "conf" / "hardware"
+GPU = "rtx_4090"  # the GPU profile the parts are combined with
 GROUPS = ("host", "nvme", "link")
 
 # The schema: every key required.
@@ -154,10 +159,39 @@ def _override(group: str, option: str) -> str:
 
 @pytest.mark.parametrize(("group", "path"), _cases())
 def test_profile_composes_where_the_schema_says(group, path):
-    cfg = compose_config(["hardware=rtx_4090", _override(f"hardware/{group}", path.stem)])
+    cfg = compose_config([f"hardware={GPU}", _override(f"hardware/{group}", path.stem)])
     hw, data = cfg["hardware"], _load(path)
-    assert hw["name"] == "rtx_4090"  # the GPU profile stays
+    assert hw["name"] == GPU  # the GPU profile stays
     if group == "link":  # merged into the GPU node: its h2d values replace the GPU's
         assert {k: hw[k] for k in data} == data
     else:
         assert hw[group] == data
+
+
+@pytest.mark.parametrize(("host", "nvme", "link"), list(product(
+    *[[p.stem for p in _files(group)] for group in GROUPS])))
+def test_every_combination_parses_into_a_hardware_spec(host, nvme, link):
+    gpu = _load(HARDWARE / f"{GPU}.yaml")
+    parts = {g: _load(HARDWARE / g / f"{stem}.yaml")
+             for g, stem in (("host", host), ("nvme", nvme), ("link", link))}
+    hw = hardware_spec_from_dict({**gpu, "host": parts["host"], "nvme": parts["nvme"],
+                                  **parts["link"]}, "combined")
+    assert hw.name == GPU and hw.gpu_mem_gb == gpu["gpu_mem_gb"]
+    assert {k: getattr(hw.host, k) for k in parts["host"]} == parts["host"]
+    assert {k: getattr(hw.nvme, k) for k in parts["nvme"]} == parts["nvme"]
+    assert {k: getattr(hw, k) for k in parts["link"]} == parts["link"]
+    # The same through Hydra, as `moebench hardware=... hardware/host=...` composes it
+    cfg = compose_config([f"hardware={GPU}", _override("hardware/host", host),
+                          _override("hardware/nvme", nvme), _override("hardware/link", link)])
+    check_before_naming(cfg)
+    assert hardware_spec_from_dict(cfg["hardware"]) == hw
+
+
+@pytest.mark.parametrize("path", _files("host"), ids=lambda p: p.stem)
+def test_dram_override_reaches_the_spec(path):
+    # docs/hardware.md: a profile gives a typical size, hardware.host.dram_gb= sets yours
+    cfg = compose_config([f"hardware={GPU}", _override("hardware/host", path.stem),
+                          "hardware.host.dram_gb=32"])
+    host = hardware_spec_from_dict(cfg["hardware"]).host
+    assert host.dram_gb == 32
+    assert host.expert_capacity_bytes == int((32 - _load(path)["reserve_gb"]) * 2**30)
