@@ -13,6 +13,7 @@
     Hydra's own entries are skipped (`defaults`, `_target_`, and the `hydra` node of
     config.yaml, which configures Hydra rather than a run). Each yaml of conf/system/, and of
     its evictor/ and prefetcher/ parts (the zoo tables), maps to docs/systems.md.
+    The host, NVMe and link profiles under conf/hardware/ map to docs/hardware.md.
 """
 
 from __future__ import annotations
@@ -34,6 +35,9 @@ CONFIG_PAGES = {
     "system/*.yaml": "docs/systems.md",
     "system/evictor/*.yaml": "docs/systems.md",
     "system/prefetcher/*.yaml": "docs/systems.md",
+    "hardware/host/*.yaml": "docs/hardware.md",
+    "hardware/nvme/*.yaml": "docs/hardware.md",
+    "hardware/link/*.yaml": "docs/hardware.md",
 }
 SKIPPED_KEYS = {"defaults", "_target_"}
 SKIPPED_NODES = {("config.yaml", "hydra")}
