@@ -29,6 +29,8 @@ ALLOWED = {
                          "harness/bench/process.py), the same path on every Linux machine",
     "/proc/self/clear_refs": "writing 5 resets the running process's peak RSS (Linux; "
                              "harness/bench/sim_child.py measures the engine stage's own peak)",
+    "/system/evictor": "a Hydra config-group path, not a file: conf/host_evictor/*.yaml take "
+                       "the zoo's evictor yamls from conf/system/evictor",
     "/proc/meminfo": "the Linux kernel's memory counters (MemAvailable: the runner refuses a "
                      "run too large for the machine, harness/runner/footprint.py)",
 }
