@@ -14,9 +14,10 @@ from core.paths import CONF_DIR
 
 # kind -> the config groups it lists (folders under conf/)
 KINDS = {
-    "systems": ("system", "system/evictor", "system/prefetcher"),
+    "systems": ("system", "system/evictor", "system/prefetcher", "system/miss_handler",
+                "host_evictor"),
     "models": ("model",),
-    "hardware": ("hardware",),
+    "hardware": ("hardware", "hardware/host", "hardware/nvme", "hardware/link"),
     "prompts": ("prompts",),
     "arrivals": ("arrivals",),
     "experiments": ("experiment",),
