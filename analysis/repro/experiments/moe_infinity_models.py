@@ -187,9 +187,10 @@ EXPERIMENT = Experiment(
         "the frameworks' own per-token overheads (the README's MoE-Infinity 0.13 s on "
         "Switch-large-128 against our compute floor of a few ms)",
         "Accelerate, Ollama and vLLM (no counterpart system)",
-        "host memory capacity and an SSD tier: the paper's hosts have "
+        "host memory capacity in this table: every expert is in host memory here (Switch-large-"
+        "128 in fp32, 105 GB, exceeds the paper's 64 GB host); the paper's hosts ("
         + ", ".join(f"{m} {gb} GB" for m, gb in HOST_MEMORY_GB.items())
-        + "; the simulator keeps every expert in pinned host memory (Switch-large-128 in fp32, "
-          "105 GB, exceeds the paper's 64 GB host)"),
+        + ") with an NVMe tier below them run in the tiers experiment's `paper hosts` study "
+          "(docs/hardware.md), beside an unbounded host"),
     notes=("Scaled down from the paper's 290 requests to 20 per run (and a 40-request "
            "calibration split) to fit the suite's time budget.",))
