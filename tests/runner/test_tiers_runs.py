@@ -80,12 +80,13 @@ def test_unbounded_host_changes_nothing(tmp_path):
     ([host(600)], r"hardware.host: the experts need 26.81 GiB and host DRAM leaves 9.67"),
     ([host(600), NVME.replace("capacity_gb:100", "capacity_gb:20")],
      r"hardware.nvme.capacity_gb: 20.0 GiB cannot hold the model's experts \(26.81 GiB\)"),
-    (["hardware.rtx_a5000" and "+hardware.host={name:h,display_name:h,dram_gb:0.01,"
+    (["+hardware.host={name:h,display_name:h,dram_gb:0.01,"
       "reserve_gb:0,mem_gbps:80,cpu_tflops:2,cpu_expert_overhead_us:50}", NVME],
      r"hardware.host: dram_gb - reserve_gb = 0.01 GiB holds no expert"),
     (["system=composed", "system/miss_handler=cpu"],
      r"system.miss_handler: cpu runs experts on the host CPU"),
-    ([host(600), NVME, "host_evictor=belady"], r"host_evictor: belady plans on the GPU's"),
+    ([host(600), NVME, "+host_evictor={_target_:systems.evictors.belady.BeladyEvictor}"],
+     r"host_evictor: belady plans on the GPU's"),
     ([host(600), NVME, "engine_core=compiled"], r"engine_core: 'compiled' has no memory tiers"),
     ([host(600).replace("reserve_gb:0", "reserve_gb:20")], r"hardware.host.reserve_gb: 20"),
     ([NVME.replace("queue_depth:4", "queue_depth:2.5"), host(600)],
@@ -94,8 +95,13 @@ def test_unbounded_host_changes_nothing(tmp_path):
      r"hardware.nvme: unknown key\(s\) \['iops'\]"),
     ([host(600).replace("mem_gbps:80", "mem_gbps:-1")],
      r"hardware.host.mem_gbps: must be a finite positive number, got -1"),
+    (["+host_evictor={_target_:systems.prefetchers.none.NoPrefetch}"],
+     r"host_evictor._target_: 'systems.prefetchers.none.NoPrefetch' is not a Evictor"),
+    (["+hardware.dequant_gparams_per_s={x:3}"],
+     r"hardware.dequant_gparams_per_s: key 'x' must be a bit-width from 1 to 15"),
 ], ids=["no-nvme", "small-nvme", "tiny-host", "cpu-no-host", "belady-host", "compiled",
-        "reserve", "queue-depth", "unknown-key", "negative"])
+        "reserve", "queue-depth", "unknown-key", "negative", "host-evictor-target",
+        "dequant-width"])
 def test_bad_tier_inputs_are_refused_before_anything_is_written(tmp_path, overrides, message):
     cfg = cfg_of(tmp_path, *overrides)
     with pytest.raises((SpecError, RuntimeError), match=message):
