@@ -108,3 +108,31 @@ def test_bad_tier_inputs_are_refused_before_anything_is_written(tmp_path, overri
         run = assemble(cfg)
         build_engine(run)
     assert not any(tmp_path.iterdir())
+
+
+def _zoo_evictors() -> dict[str, bool]:
+    """{zoo evictor yaml stem: whether it is clairvoyant} from conf/system/evictor."""
+    import yaml
+
+    from core.paths import CONF_DIR
+    from core.targets import build_target
+    from systems.evictors.base import Evictor
+
+    out = {}
+    for path in sorted((CONF_DIR / "system" / "evictor").glob("*.yaml")):
+        node = yaml.safe_load(path.read_text())
+        out[path.stem] = build_target(node, "evictor", Evictor).bound
+    return out
+
+
+def test_every_non_clairvoyant_zoo_evictor_is_a_host_evictor(tmp_path):
+    from core.paths import CONF_DIR
+
+    zoo = _zoo_evictors()
+    offered = {p.stem for p in (CONF_DIR / "host_evictor").glob("*.yaml")}
+    assert offered == {name for name, bound in zoo.items() if not bound}
+    for name in sorted(offered):
+        cfg = cfg_of(tmp_path, host(300), NVME, "system=lru", f"host_evictor={name}",
+                     "workload.num_requests=1", name=name)
+        m = execute(assemble(cfg)).record()["metrics"]
+        assert m["host_evictions"] > 0, name
