@@ -136,3 +136,24 @@ def test_every_non_clairvoyant_zoo_evictor_is_a_host_evictor(tmp_path):
                      "workload.num_requests=1", name=name)
         m = execute(assemble(cfg)).record()["metrics"]
         assert m["host_evictions"] > 0, name
+
+
+def _zoo(group: str) -> list[str]:
+    from core.paths import CONF_DIR
+
+    return sorted(p.stem for p in (CONF_DIR / "system" / group).glob("*.yaml"))
+
+
+@pytest.mark.parametrize("handler", ["cpu", "cost_based"])
+def test_miss_handlers_combine_with_every_evictor_and_prefetcher(tmp_path, handler):
+    # each evictor under no prefetch, each prefetcher under lru: valid runs, some experts on
+    # the CPU, and the accesses still partition into hit / late / miss / cpu
+    parts = ([f"system/evictor={e}" for e in _zoo("evictor")]
+             + [f"system/prefetcher={p}" for p in _zoo("prefetcher")])
+    for part in parts:
+        cfg = cfg_of(tmp_path, host(2000), "system=composed", part,
+                     f"system/miss_handler={handler}", "workload.num_requests=1",
+                     name=f"{handler}-{part.split('=')[1]}")
+        m = execute(assemble(cfg)).record()["metrics"]
+        assert m is not None and m["cpu_runs"] > 0, part
+        assert m["hits"] + m["late_prefetches"] + m["misses"] + m["cpu_runs"] == m["accesses"]
