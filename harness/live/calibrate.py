@@ -11,9 +11,12 @@ Measured (docs/calibration.md):
   expert   one routed expert (SwiGLU or 2-matrix FFN) at 1..512 tokens     -> peak_tflops
   overhead measured time minus what SimBackend predicts from the measured bandwidth and
            FLOP rate (the framework cost the simulator adds per layer / expert / step)
-The thread count is pinned (torch.set_num_threads) and recorded so figures are comparable.
-Output: <out>/hardware/<name>.yaml (hardware_spec_from_dict accepts it) and <name>.sweep.json
-beside it, both written atomically.
+  host CPU one expert on the CPU at 1..128 tokens and the DRAM read rate, fitted to
+           SimBackend.cpu_expert_ms (calibrate_cpu.py)                  -> a host profile
+The thread count is pinned (torch.set_num_threads) and recorded so figures are comparable;
+the host CPU part runs with the threads torch would serve with (--cpu-threads), recorded too.
+Output: <out>/hardware/<name>.yaml (hardware_spec_from_dict accepts it), <name>.sweep.json
+beside it and host/<name>.yaml (host_spec_from_dict accepts it), all written atomically.
 """
 
 from __future__ import annotations
