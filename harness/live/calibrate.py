@@ -2,7 +2,7 @@
 
 Measured (docs/calibration.md):
   link     host-to-device copy time by transfer size (64 KiB .. 256 MiB); least-squares fit
-           t = latency + bytes / bandwidth, weighted by 1/t so small and large copies count alike.
+           t = latency + bytes / bandwidth, unweighted, so the large copies set the bandwidth.
            On CUDA: pinned host tensor -> device tensor on a side stream, timed with CUDA events.
            On CPU there is no device: a host copy into a separate preallocated tensor.
   memory   device memory read bandwidth (a sum over a large buffer)       -> hbm_gbps
