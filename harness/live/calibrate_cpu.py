@@ -38,15 +38,19 @@ CPU_FULL = {"tokens": [1, 2, 4, 8, 16, 32, 64, 128], "min_stream_bytes": GIB,
 # --quick (tests): cache-sized buffers, so the quick figures are not DRAM figures
 CPU_QUICK = {"tokens": [1, 4, 16, 64, 128], "min_stream_bytes": 16 * MIB,
              "max_bytes": 16 * MIB, "probe_budget_s": 0.02}
+# A median this many times the fastest call of its point means the CPU was busy
+NOISY_SPREAD = 3.0
 # [G] host RAM the experts cannot have: OS, Python and torch, pinned staging buffers
 RESERVE_GB, RESERVE_MAX_FRACTION = 4.0, 0.25
 
 
 class Timer:
-    """Median wall time of fn() in ms: CUDA events on a GPU, perf_counter on the CPU."""
+    """Median wall time of fn() in ms: CUDA events on a GPU, perf_counter on the CPU. The
+    fastest repetition of the last call is kept as `last_min_ms`."""
 
     def __init__(self, torch, device: str, budget_s: float):
         self.torch, self.cuda, self.budget_s = torch, device.startswith("cuda"), budget_s
+        self.last_min_ms = float("nan")
 
     def __call__(self, fn, stream=None, max_reps: int = 50) -> float:
         fn()  # warm-up (allocator, kernel selection, page faults)
@@ -67,6 +71,7 @@ class Timer:
                 ms = (time.perf_counter() - t0) * 1e3
             times.append(ms)
             spent += ms / 1e3
+        self.last_min_ms = min(times)
         return statistics.median(times)
 
 
@@ -150,7 +155,7 @@ def _expert_points(torch, timer: Timer, shape, dtype, tokens, pool_bytes: int) -
     for n in tokens:
         x = torch.randn(n, h, dtype=dtype)
         ms = timer(lambda x=x: run_ffn(torch, x, next(pool)))
-        points.append({"tokens": n, "ms": ms})
+        points.append({"tokens": n, "ms": ms, "min_ms": timer.last_min_ms})
     return {"copies": copies, "pool_bytes": copies * nbytes, "points": points}
 
 
@@ -313,4 +318,9 @@ def cpu_report(m: dict) -> list[str]:
                  f"(from the {fit['mem_from']}), {fit['cpu_tflops']:.4f} TFLOP/s, overhead "
                  f"{fit['cpu_expert_overhead_us']:.1f} us; worst relative error "
                  f"{fit['worst_rel_err']:.1%}")
+    spread = max(p["ms"] / p["min_ms"] for p in m["points"])
+    if spread > NOISY_SPREAD:
+        lines.append(f"warning: a median is {spread:.0f}x its fastest call: the CPU was busy "
+                     f"(other processes, threads descheduled); rerun on an idle machine or "
+                     f"with --cpu-threads 1")
     return lines
