@@ -212,7 +212,7 @@ def _candidates(n: np.ndarray, t: np.ndarray, stream_ms: float | None):
     sorted points into a plateau (the first s, s >= 1) and a line (the rest, >= 2 points)."""
     for s in range(1, len(n) - 1):
         intercept, per_token = _line(n[s:], t[s:])
-        plateau_ms = float(t[:s].mean()) - intercept  # the 1-token time less the line's cost
+        plateau_ms = float(t[:s].mean()) - intercept  # the plateau less the overhead
         if stream_ms is not None:
             residual = t[:s] - np.maximum(stream_ms, n[:s] * per_token)
             yield s, stream_ms, "stream", per_token, max(0.0, float(residual.mean()))
