@@ -198,13 +198,15 @@ def measure_host(torch, shape: tuple[int, int, int], quick: bool, threads: int,
 
 
 def _line(n: np.ndarray, t: np.ndarray) -> tuple[float, float]:
-    """(intercept, slope) of t against n; through the origin when the intercept or the slope
-    comes out negative (noise), so neither is ever negative."""
+    """(intercept, slope) of t against n by least squares in relative error (rows weighted
+    1/t, as the fit is scored); through the origin when the intercept or the slope comes out
+    negative (noise), so neither is ever negative."""
+    w = 1.0 / t
     if len(n) > 1:
-        (a, b), *_ = np.linalg.lstsq(np.stack([np.ones_like(n), n], axis=1), t, rcond=None)
+        (a, b), *_ = np.linalg.lstsq(np.stack([w, n * w], axis=1), np.ones_like(t), rcond=None)
         if a >= 0 and b > 0:
             return float(a), float(b)
-    return 0.0, float(n @ t / (n @ n))
+    return 0.0, float((n * w) @ np.ones_like(t) / ((n * w) @ (n * w)))
 
 
 def _candidates(n: np.ndarray, t: np.ndarray, stream_ms: float | None):
@@ -212,7 +214,8 @@ def _candidates(n: np.ndarray, t: np.ndarray, stream_ms: float | None):
     sorted points into a plateau (the first s, s >= 1) and a line (the rest, >= 2 points)."""
     for s in range(1, len(n) - 1):
         intercept, per_token = _line(n[s:], t[s:])
-        plateau_ms = float(t[:s].mean()) - intercept  # the plateau less the overhead
+        plateau = float((1 / t[:s]).sum() / (1 / t[:s] ** 2).sum())  # least relative error
+        plateau_ms = plateau - intercept  # the plateau less the overhead
         if stream_ms is not None:
             residual = t[:s] - np.maximum(stream_ms, n[:s] * per_token)
             yield s, stream_ms, "stream", per_token, max(0.0, float(residual.mean()))
@@ -225,9 +228,10 @@ def fit_cpu_expert(tokens, times_ms, expert_bytes: float, expert_params: float,
     """Fit t(n) = max(mem_ms, n * ms_per_token) + overhead to measured expert times.
 
     The points, sorted by tokens, are split into a plateau (the first s, s >= 1) and a line
-    through the rest (least squares, intercept and slope never negative): the slope gives
-    cpu_tflops. Memory time and overhead come, for each split, two ways: (a) the line's
-    intercept is the overhead and mem_ms = plateau mean - overhead; (b) mem_ms is the plain
+    through the rest (least squares in relative error, intercept and slope never negative):
+    the slope gives cpu_tflops. Memory time and overhead come, for each split, two ways: (a)
+    the line's intercept is the overhead and mem_ms = plateau level - overhead (the level
+    with the least squared relative error over the plateau); (b) mem_ms is the plain
     bandwidth measurement (`stream_gbps`) and the overhead the plateau's mean residual against
     max(mem_ms, flops), clipped at 0. The candidate with the least sum of squared relative
     errors wins (`mem_from` says which; (b) on a tie, as where every point is FLOP-bound and
