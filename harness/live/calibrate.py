@@ -2,7 +2,7 @@
 
 Measured (docs/calibration.md):
   link     host-to-device copy time by transfer size (64 KiB .. 256 MiB); least-squares fit
-           t = latency + bytes / bandwidth, weighted by 1/t so small and large copies count alike.
+           t = latency + bytes / bandwidth, unweighted, so the large copies set the bandwidth.
            On CUDA: pinned host tensor -> device tensor on a side stream, timed with CUDA events.
            On CPU there is no device: a host copy into a separate preallocated tensor.
   memory   device memory read bandwidth (a sum over a large buffer)       -> hbm_gbps
@@ -11,19 +11,21 @@ Measured (docs/calibration.md):
   expert   one routed expert (SwiGLU or 2-matrix FFN) at 1..512 tokens     -> peak_tflops
   overhead measured time minus what SimBackend predicts from the measured bandwidth and
            FLOP rate (the framework cost the simulator adds per layer / expert / step)
-The thread count is pinned (torch.set_num_threads) and recorded so figures are comparable.
-Output: <out>/hardware/<name>.yaml (hardware_spec_from_dict accepts it) and <name>.sweep.json
-beside it, both written atomically.
+  host CPU one expert on the CPU at 1..128 tokens and the DRAM read rate, fitted to
+           SimBackend.cpu_expert_ms (calibrate_cpu.py)                  -> a host profile
+The thread count is pinned (torch.set_num_threads) and recorded so figures are comparable;
+the host CPU part runs with the threads torch would serve with (--cpu-threads), recorded too.
+Output: <out>/hardware/<name>.yaml (hardware_spec_from_dict accepts it), <name>.sweep.json
+beside it and host/<name>.yaml (host_spec_from_dict accepts it), all written atomically.
 """
 
 from __future__ import annotations
 
 import argparse
-import os
 import platform
 import re
+import shlex
 import socket
-import statistics
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -34,6 +36,15 @@ import yaml
 from core.atomic import write_json, write_text
 from core.paths import CONF_DIR
 from core.specs import HardwareSpec, ModelSpec, hardware_spec_from_dict, model_spec_from_dict
+from harness.live.calibrate_cpu import (
+    Timer,
+    cpu_report,
+    ffn_weights,
+    host_ram_gb,
+    measure_host,
+    run_ffn,
+    write_host_profile,
+)
 from harness.sim.backend_sim import SimBackend
 
 KIB, MIB = 2**10, 2**20
@@ -42,34 +53,6 @@ FULL = {"sizes": [64 * KIB * 4**i for i in range(7)], "tokens": [2**i for i in r
 # --quick (tests): a quarter-width layer, copies up to 4 MiB, experts up to 64 tokens.
 QUICK = {"sizes": [64 * KIB * 4**i for i in range(4)], "tokens": [1, 4, 16, 64],
          "prefill": 32, "context": 128, "scale": 0.25, "budget_s": 0.05, "mem_bytes": 16 * MIB}
-
-
-class Timer:
-    """Median wall time of fn() in ms: CUDA events on a GPU, perf_counter on the CPU."""
-
-    def __init__(self, torch, device: str, budget_s: float):
-        self.torch, self.cuda, self.budget_s = torch, device.startswith("cuda"), budget_s
-
-    def __call__(self, fn, stream=None, max_reps: int = 50) -> float:
-        fn()  # warm-up (allocator, kernel selection, page faults)
-        times: list[float] = []
-        spent = 0.0
-        while len(times) < 3 or (spent < self.budget_s and len(times) < max_reps):
-            if self.cuda:
-                start, end = (self.torch.cuda.Event(enable_timing=True) for _ in range(2))
-                s = stream or self.torch.cuda.current_stream()
-                start.record(s)
-                fn()
-                end.record(s)
-                end.synchronize()
-                ms = start.elapsed_time(end)
-            else:
-                t0 = time.perf_counter()
-                fn()
-                ms = (time.perf_counter() - t0) * 1e3
-            times.append(ms)
-            spent += ms / 1e3
-        return statistics.median(times)
 
 
 def fit_link(sizes_bytes, times_ms) -> dict:
@@ -129,20 +112,6 @@ def scaled_spec(spec: ModelSpec, scale: float, bits: float) -> ModelSpec:
     return model_spec_from_dict(data, where=f"{spec.name} scaled x{scale}")
 
 
-def _ffn(torch, h: int, f: int, matrices: int, device, dtype):
-    """Weights of one FFN: [h, f] up (and gate for 3 matrices), [f, h] down."""
-    def weight(rows: int, cols: int):
-        return torch.randn(rows, cols, device=device, dtype=dtype) * 0.02
-    return [weight(h, f) for _ in range(matrices - 1)] + [weight(f, h)]
-
-
-def _run_ffn(torch, x, ws):
-    """x [T, h] -> [T, h]: SwiGLU for 3 matrices, ReLU for 2."""
-    if len(ws) == 3:
-        return (torch.nn.functional.silu(x @ ws[0]) * (x @ ws[1])) @ ws[2]
-    return torch.relu(x @ ws[0]) @ ws[1]
-
-
 def dense_layer(torch, spec: ModelSpec, device, dtype):
     """fn(x [T, H], k, v [heads, C, 128], causal) for one MoE layer's resident part.
 
@@ -157,7 +126,8 @@ def dense_layer(torch, spec: ModelSpec, device, dtype):
     router_w = torch.randn(h, spec.num_experts, device=device, dtype=dtype) * 0.02
     ffn_width = spec.num_shared_experts * spec.shared_expert_ffn_size + (
         spec.dense_residual_ffn_size)
-    shared = _ffn(torch, h, ffn_width, spec.ffn_matrices, device, dtype) if ffn_width else None
+    shared = (ffn_weights(torch, h, ffn_width, spec.ffn_matrices, device, dtype) if ffn_width
+              else None)
     norm_w = torch.ones(h, device=device, dtype=dtype)
     heads = h // 128
     sdpa = torch.nn.functional.scaled_dot_product_attention
@@ -169,7 +139,7 @@ def dense_layer(torch, spec: ModelSpec, device, dtype):
         x = x + att @ out_w
         y = torch.nn.functional.rms_norm(x, (h,), norm_w)
         probs = torch.softmax(y @ router_w, dim=-1)  # [T, E]
-        return x + _run_ffn(torch, y, shared) if shared else x + probs[:, :1]
+        return x + run_ffn(torch, y, shared) if shared else x + probs[:, :1]
     return run
 
 
@@ -201,11 +171,11 @@ def measure(cfg: dict, spec: ModelSpec, device: str, threads: int) -> dict:
          "ms": timer(lambda: layer(x1, *kv, False))},
         {"phase": "prefill", "tokens": pre, "kv_tokens": pre, "pairs": pre * (pre + 1) // 2,
          "ms": timer(lambda: layer(xp, *kv_pre, True))}]
-    ws = _ffn(torch, h, sim.expert_ffn_size, sim.ffn_matrices, device, dtype)
+    ws = ffn_weights(torch, h, sim.expert_ffn_size, sim.ffn_matrices, device, dtype)
     out["expert"] = []
     for n in cfg["tokens"]:
         x = torch.randn(n, h, device=device, dtype=dtype)
-        ms = timer(lambda x=x: _run_ffn(torch, x, ws))
+        ms = timer(lambda x=x: run_ffn(torch, x, ws))
         out["expert"].append({"tokens": n, "ms": ms,
                               "tflops": 2 * n * sim.expert_params / ms / 1e9})
     logits = torch.randn(1, spec.vocab_size, device=device, dtype=dtype)
@@ -240,31 +210,16 @@ def _memory_gb(torch, device: str) -> tuple[float, float]:
         torch.cuda.empty_cache()  # the sweep's buffers are not the runtime's reserve
         free, total = torch.cuda.mem_get_info(device)
         return total / 2**30, (total - free) / 2**30
-    total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    return total / 2**30, 0.0
+    return host_ram_gb(), 0.0
 
 
 def _slug(text: str) -> str:
     return re.sub(r"[^a-z0-9_]+", "_", text.lower()).strip("_") or "host"
 
 
-def calibrate(model: str = "deepseek_v2_lite", device: str = "cpu", threads: int = 1,
-              quick: bool = False, out_dir: str | None = None, name: str | None = None,
-              ) -> dict:
-    """Measure, print nothing; returns {"profile", "sweep", "yaml_path", "json_path"}."""
-    import torch
-
-    if device.startswith("cuda") and not torch.cuda.is_available():
-        raise SystemExit("moebench calibrate: --device cuda but torch sees no CUDA device")
-    spec_path = CONF_DIR / "model" / f"{model}.yaml"
-    if not spec_path.exists():
-        raise SystemExit(f"moebench calibrate: no model spec {spec_path}")
-    spec = model_spec_from_dict(yaml.safe_load(spec_path.read_text()), where=spec_path.name)
-    cfg = QUICK if quick else FULL
-    t0 = time.perf_counter()
-    m = measure(cfg, spec, device, threads)
-    host = _slug(socket.gethostname())
-    name = name or f"calibrated_{host}_{_slug(device)}"
+def _device_profile(torch, m: dict, name: str, device: str, threads: int, quick: bool) -> dict:
+    """The hardware profile from the device sweep: measured rates, overheads against the
+    roofline; checked by hardware_spec_from_dict."""
     total_gb, reserve_gb = _memory_gb(torch, device)
     label = torch.cuda.get_device_name(device) if device.startswith("cuda") else (
         f"CPU {platform.processor() or platform.machine()}, {threads} thread(s)")
@@ -277,23 +232,60 @@ def calibrate(model: str = "deepseek_v2_lite", device: str = "cpu", threads: int
                                      "expert_overhead_us": 0.0, "iteration_overhead_us": 0.0})
     profile.update({k: round(v, 3) for k, v in _fit_overheads(m, draft).items()})
     hardware_spec_from_dict(profile, where=f"calibrated profile {name}")  # what the sim accepts
+    return profile
+
+
+def _write(folder: Path, name: str, sweep: dict, command: str) -> dict:
+    """<folder>/<name>.yaml, <name>.sweep.json and host/<name>.yaml, each written atomically."""
+    device = sweep["device"]
+    yaml_path, json_path = folder / f"{name}.yaml", folder / f"{name}.sweep.json"
+    head = (f"# Calibrated by `{command}` on {socket.gethostname()} ({device}, "
+            f"torch.set_num_threads({sweep['threads']}), {sweep['dtype']}).\n"
+            f"# Measured sweep: {json_path.name}. Overheads = measured - SimBackend roofline.\n"
+            f"# The host CPU's profile: host/{name}.yaml (hardware/host={name}).\n")
+    if not device.startswith("cuda"):
+        head += "# CPU: h2d_* is a host memory copy (no device), gpu_mem_gb is host RAM.\n"
+    host_profile, host_path = write_host_profile(folder, name, sweep["cpu"], command)
+    sweep["host_profile"] = host_profile
+    write_json(json_path, sweep)
+    write_text(yaml_path, head + yaml.safe_dump(sweep["profile"], sort_keys=False))
+    return {"profile": sweep["profile"], "host_profile": host_profile, "sweep": sweep,
+            "yaml_path": yaml_path, "json_path": json_path, "host_path": host_path}
+
+
+def calibrate(model: str = "deepseek_v2_lite", device: str = "cpu", threads: int = 1,
+              quick: bool = False, out_dir: str | None = None, name: str | None = None,
+              cpu_threads: int | None = None, cpu_dtype: str = "auto",
+              command: str | None = None) -> dict:
+    """Measure, print nothing; returns {"profile", "host_profile", "sweep", "yaml_path",
+    "json_path", "host_path"}. The host CPU runs with `cpu_threads` (default: torch's thread
+    count before this call pins `threads`, the count serving would use)."""
+    import torch
+
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise SystemExit("moebench calibrate: --device cuda but torch sees no CUDA device")
+    spec_path = CONF_DIR / "model" / f"{model}.yaml"
+    if not spec_path.exists():
+        raise SystemExit(f"moebench calibrate: no model spec {spec_path}")
+    spec = model_spec_from_dict(yaml.safe_load(spec_path.read_text()), where=spec_path.name)
+    cfg = QUICK if quick else FULL
+    cpu_threads = cpu_threads or torch.get_num_threads()
+    t0 = time.perf_counter()
+    m = measure(cfg, spec, device, threads)
+    sim: ModelSpec = m["_sim_spec"]
+    cpu = measure_host(torch, (sim.hidden_size, sim.expert_ffn_size, sim.ffn_matrices), quick,
+                       cpu_threads, cpu_dtype, cfg["budget_s"])
+    host = _slug(socket.gethostname())
+    name = name or f"calibrated_{host}_{_slug(device)}"
     sweep = {k: v for k, v in m.items() if not k.startswith("_")}
     sweep.update({"device": device, "threads": threads, "quick": quick, "model": model,
                   "scale": cfg["scale"], "dtype": "bfloat16" if device.startswith("cuda")
                   else "float32", "host": socket.gethostname(), "torch": torch.__version__,
-                  "h2d_is_host_copy": not device.startswith("cuda"),
-                  "wall_s": time.perf_counter() - t0, "profile": profile})
+                  "h2d_is_host_copy": not device.startswith("cuda"), "cpu": cpu,
+                  "wall_s": time.perf_counter() - t0,
+                  "profile": _device_profile(torch, m, name, device, threads, quick)})
     base = Path(out_dir) if out_dir else Path.cwd() / "results" / "calibration" / host
-    folder = base / "hardware"
-    yaml_path, json_path = folder / f"{name}.yaml", folder / f"{name}.sweep.json"
-    head = (f"# Calibrated by `moebench calibrate` on {socket.gethostname()} ({device}, "
-            f"torch.set_num_threads({threads}), {sweep['dtype']}).\n"
-            f"# Measured sweep: {json_path.name}. Overheads = measured - SimBackend roofline.\n")
-    if not device.startswith("cuda"):
-        head += "# CPU: h2d_* is a host memory copy (no device), gpu_mem_gb is host RAM.\n"
-    write_json(json_path, sweep)
-    write_text(yaml_path, head + yaml.safe_dump(profile, sort_keys=False))
-    return {"profile": profile, "sweep": sweep, "yaml_path": yaml_path, "json_path": json_path}
+    return _write(base / "hardware", name, sweep, command or "calibrate() from Python")
 
 
 def report(res: dict) -> str:
@@ -316,7 +308,10 @@ def report(res: dict) -> str:
     lines += [f"{'':<12}{r['tokens']:>8}{r['ms']:>10.3f}{r['tflops']:>10.4f}"
               f"{r['roofline_ms']:>13.3f}" for r in s["expert"]]
     lines.append("profile: " + ", ".join(f"{k}={v}" for k, v in p.items()))
-    lines.append(f"wrote {res['yaml_path']} and {res['json_path'].name} ({s['wall_s']:.1f} s)")
+    lines += cpu_report(s["cpu"])
+    lines.append("host profile: " + ", ".join(f"{k}={v}" for k, v in res["host_profile"].items()))
+    lines.append(f"wrote {res['yaml_path']}, {res['json_path'].name} and "
+                 f"{res['host_path'].relative_to(res['yaml_path'].parent)} ({s['wall_s']:.1f} s)")
     return "\n".join(lines)
 
 
@@ -328,9 +323,14 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--quick", action="store_true", help="small sweep (tests, < 5 s)")
     ap.add_argument("--out", default=None, help="folder (default results/calibration/<host>)")
     ap.add_argument("--name", default=None, help="profile name (default calibrated_<host>_<dev>)")
+    ap.add_argument("--cpu-threads", type=int, default=None,
+                    help="threads for the host CPU's expert sweep (default: torch's, recorded)")
+    ap.add_argument("--cpu-dtype", default="auto", choices=["auto", "bfloat16", "float32"],
+                    help="host CPU expert dtype (auto: the faster one; recorded)")
     args = ap.parse_args(argv)
-    if args.threads < 1:
-        ap.error("--threads must be >= 1")
+    if args.threads < 1 or (args.cpu_threads is not None and args.cpu_threads < 1):
+        ap.error("--threads and --cpu-threads must be >= 1")
     print(report(calibrate(args.model, args.device, args.threads, args.quick, args.out,
-                           args.name)))
+                           args.name, args.cpu_threads, args.cpu_dtype,
+                           shlex.join(["moebench", "calibrate", *argv]))))
     return 0
