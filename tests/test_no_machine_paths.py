@@ -29,6 +29,10 @@ ALLOWED = {
                          "harness/bench/process.py), the same path on every Linux machine",
     "/proc/self/clear_refs": "writing 5 resets the running process's peak RSS (Linux; "
                              "harness/bench/sim_child.py measures the engine stage's own peak)",
+    "/sys/devices/system/cpu/cpu0/cache": "the Linux kernel's description of CPU 0's caches "
+                                          "(harness/live/calibrate_cpu.py sizes its weight "
+                                          "copies past the last-level cache), the same path "
+                                          "on every Linux machine",
     "/proc/meminfo": "the Linux kernel's memory counters (MemAvailable: the runner refuses a "
                      "run too large for the machine, harness/runner/footprint.py)",
 }
