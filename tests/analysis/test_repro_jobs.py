@@ -109,8 +109,9 @@ def test_every_experiment_at_one_seed_and_at_five():
     # six models' traces, 6 of the 414). 322 before the named variants joined every sweep
     # of their seed: + eamc_capacity 7, workload_shift 12, long_context 7, fmoe_online 2,
     # fmoe_cache_limit 2 x 5, fmoe_prefetch_distance 3 x 8, fmoe_store_capacity 5,
-    # fmoe_batch 2 x 4, fmoe_ablation 1, diffmoe_batch 2 models x 8 batches = 92
-    assert (len(one), len(five)) == (414, 5 * 414)
+    # fmoe_batch 2 x 4, fmoe_ablation 1, diffmoe_batch 2 models x 8 batches = 92;
+    # + table1_q4: Table 1's 11 systems in its three arms = 33
+    assert (len(one), len(five)) == (447, 5 * 447)
 
 
 def test_a_sweep_moebench_m_refuses_is_refused_before_anything():
