@@ -29,8 +29,8 @@ from analysis.sweepstats import (
     collect_runs,
     mean_ci,
     pyplot,
-    routing_label,
     save_figure,
+    sim_label,
 )
 
 METRICS = {"tpot": "tpot_ms", "ttft": "ttft_ms", "e2e": "e2e_ms"}
@@ -129,7 +129,7 @@ def render(runs: RunSet, results_dir: Path, metric: str):
     import pandas as pd
 
     short, section = NAMES[metric]
-    label = f"SIMULATED, {routing_label(runs.results)}"
+    label = sim_label(runs.results)
     curves = series(runs, results_dir, metric)
     blocks, rows = [], []
     for key, members in curves.items():
@@ -179,7 +179,7 @@ def main(argv: list[str]) -> int:
     try:
         runs = collect_runs(args, results_dir)
         text, md, csv_text, curves = render(runs, results_dir, args.metric)
-        label = f"SIMULATED, {routing_label(runs.results)}"
+        label = sim_label(runs.results)
         fig = plot(curves, args.metric, f"{NAMES[args.metric][0]} CDF per request\n{label}")
     except (ReportError, ImportError) as exc:
         print(f"moebench cdf: error: {exc}", file=sys.stderr)

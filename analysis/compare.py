@@ -27,8 +27,8 @@ from analysis.sweepstats import (
     collect_runs,
     mean_ci,
     pyplot,
-    routing_label,
     save_figure,
+    sim_label,
 )
 
 
@@ -124,7 +124,7 @@ def render(runs: RunSet, x: str, metric: str, by: str = "system") -> tuple[str, 
         raise ReportError(f"--x and --by are both {x}")
     frame = tidy(runs, metric)
     table, keys, pooled = points(frame, x, by, runs.axes, metric)
-    label = f"SIMULATED, {routing_label(runs.results)}"
+    label = sim_label(runs.results)
     shas = sorted({(r.get("trace") or {}).get("sha256", "")[:16] for r in runs.results} - {""})
     head = [f"# {metric} by {x} ({label})", "",
             f"{len(runs.results)} runs; trace sha256 {', '.join(shas) or 'none'}."]

@@ -203,6 +203,7 @@ def main(argv: list[str]) -> int:
               "(a joint design); nothing to decompose", file=sys.stderr)
         return 1
     from core.access import access_sequence
+    from core.precision import results_label
 
     model = model_spec_from_dict(cfg["model"], "model")
     trace = load_routing(cfg, model, "measure")
@@ -210,8 +211,10 @@ def main(argv: list[str]) -> int:
     ctx = context(trace, result["memory"]["expert_cache_bytes"] // eb, cfg["max_batch"], eb)
     out = decompose(access_sequence(trace, cfg["max_batch"]), ctx,
                     result["metrics"]["h2d_bytes"] // eb, *parts)
+    lossy = results_label([result])  # weights below 16 bits (core/precision.py)
     print(f"# Gap to Belady loads, {result['system']['name']} (SIMULATED, "
-          f"{'synthetic' if trace.synthetic else 'recorded'} routing), "
+          f"{'synthetic' if trace.synthetic else 'recorded'} routing"
+          f"{f', {lossy}' if lossy else ''}), "
           f"{ctx.capacity_slots} slots\n\n| quantity | loads |\n|---|---|")
     for key, value in out.items():
         print(f"| {key} | {value} |")

@@ -2,7 +2,8 @@
 
 One line per option: the name as the command line writes it (`prompts=mmlu`,
 `system/evictor=lfu`) and the first comment line of its yaml (a `# @package` line is not
-a description). Without a kind every kind is listed. Options are sorted by name.
+a description), then `[LOSSY: ...]` for a model or experiment whose weights are below 16 bits
+(core/precision.py). Without a kind every kind is listed. Options are sorted by name.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import argparse
 from pathlib import Path
 
 from core.paths import CONF_DIR
+from core.precision import lossy_label
 
 # kind -> the config groups it lists (folders under conf/)
 KINDS = {
@@ -35,10 +37,24 @@ def description(path: Path) -> str:
     return "(no description)"
 
 
+def lossy(path: Path) -> str:
+    """` [LOSSY: ...]` when the yaml sets weights below 16 bits (a model's own expert_bits
+    and dense_bits, or an experiment's `model:` node; a width it leaves out counts as 16);
+    else ''."""
+    import yaml
+
+    data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    model = data["model"] if isinstance(data.get("model"), dict) else data
+    label = lossy_label([(model.get("expert_bits", 16), model.get("dense_bits", 16))])
+    return f" [{label}]" if label else ""
+
+
 def options(group: str, conf: Path = CONF_DIR) -> list[tuple[str, str]]:
     """[(`group=name`, description)] of the group's yaml files, sorted by name. conf/workload
     is no kind: its only generator is synthetic, the rest are stubs naming their replacement."""
-    return [(f"{group}={p.stem}", description(p)) for p in sorted((conf / group).glob("*.yaml"))]
+    marked = group in ("model", "experiment")
+    return [(f"{group}={p.stem}", description(p) + (lossy(p) if marked else ""))
+            for p in sorted((conf / group).glob("*.yaml"))]
 
 
 def render(kinds: list[str], conf: Path = CONF_DIR) -> str:

@@ -1,5 +1,5 @@
 """Shared parts of the sweep reports (analysis/compare.py, analysis/cdf.py): the seed interval,
-the routing label and figures written byte-identically.
+the SIMULATED / routing / LOSSY label and figures written byte-identically.
 
 Seed interval: a point swept over n seeds shows the mean of its n values and the half-width
 of the two-sided 95 % Student t-interval, t(0.975, n - 1) * s / sqrt(n), s the sample
@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from core.atomic import write_bytes
+from core.precision import results_label
 
 CI_NOTE = ("mean ± half-width of the two-sided 95 % Student t-interval over seeds "
            "(t(0.975, n-1) * s / sqrt(n), s with ddof 1)")
@@ -58,6 +59,13 @@ def routing_label(results: list[dict]) -> str:
     labels = sorted({"synthetic routing" if (r.get("trace") or {}).get("synthetic", True)
                      else f"routing {r['trace'].get('routing_source')}" for r in results})
     return ", ".join(labels)
+
+
+def sim_label(results: list[dict]) -> str:
+    """`SIMULATED, <routing>`, and `, LOSSY: ...` when a run's weights are below 16 bits
+    (core/precision.py): the label of every sweep table and figure."""
+    lossy = results_label(results)
+    return f"SIMULATED, {routing_label(results)}" + (f", {lossy}" if lossy else "")
 
 
 def save_figure(fig, out_dir: Path, stem: str) -> list[Path]:

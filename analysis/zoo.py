@@ -16,6 +16,7 @@ import pandas as pd
 
 from analysis.runs import ReportError, collect, publish
 from analysis.table1 import FACTS
+from core.precision import results_label
 
 AXES = ["system.evictor", "system.prefetcher"]
 EVICTOR_ORDER = ["fifo", "lru", "lru_per_layer", "lfu", "lfru", "least_stale", "lifo_inactive",
@@ -69,9 +70,10 @@ def render(results: list[dict]) -> tuple[str, str]:
          for e in tpot.index],
         index=[f"{e} (bound)" if e in bound else e for e in tpot.index], columns=tpot.columns)
     cells.index.name = "evictor \\ prefetcher"
-    first = results[0]
+    first, lossy = results[0], results_label(results)  # core/precision.py
     lines = [
-        "# Policy zoo: evictor x prefetcher (composed system), SIMULATED", "",
+        "# Policy zoo: evictor x prefetcher (composed system), SIMULATED"
+        + (f" [{lossy}]" if lossy else ""), "",
         f"Routing: {FACTS['routing'](first)}; trace sha256 {FACTS['trace_sha256'](first)}.",
         f"Setting: Table 1 (conf/experiment/table1.yaml): model {FACTS['model'](first)} on "
         f"{FACTS['hardware'](first)}, host-to-device {FACTS['h2d_gbps'](first)} GB/s, batch "

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, fields
 
+from core.precision import is_lossy
 from core.spec_base import GIB, SpecError, check_keys, name_keys, positive
 from core.tier_specs import (
     HostSpec,
@@ -114,6 +115,9 @@ class ModelSpec:
             "dense_bytes": self.dense_bytes,
             "total_expert_bytes": self.total_expert_bytes,
             "kv_bytes_per_token": self.kv_bytes_per_token,
+            "expert_bits": self.expert_bits,
+            "dense_bits": self.dense_bits,
+            "lossy": is_lossy(self.expert_bits, self.dense_bits),  # core/precision.py
         }
 
 

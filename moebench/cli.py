@@ -37,13 +37,16 @@ from core.trace import TraceError
 
 
 def _describe(result: dict, run_dir: str) -> str:
+    from core.precision import results_label
     from workloads.labels import inputs_label  # prompts=... arrivals=... of the run
 
     m = result.get("metrics") or {}
     routing = "synthetic routing" if result["trace"]["synthetic"] else (
         f"routing {result['trace']['routing_source']}")
     inputs = inputs_label(result.get("config") or {})
-    head = (f"[SIMULATED, {routing}] {result['system']['name']} | {result['model']['name']} | "
+    lossy = results_label([result])  # weights below 16 bits (core/precision.py)
+    head = (f"[SIMULATED, {routing}]{f' [{lossy}]' if lossy else ''} "
+            f"{result['system']['name']} | {result['model']['name']} | "
             f"{result['hardware']} | {inputs}: {result['status']}")
     if result["status"] != "valid":
         return f"{head} ({result['reason']})"

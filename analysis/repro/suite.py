@@ -38,6 +38,7 @@ from analysis.repro.plan import (
 from analysis.repro.registry import EXPERIMENTS, names
 from analysis.repro.spec import SEEDS
 from analysis.runs import ReportError
+from core.precision import results_label
 from core.specs import SpecError
 from harness.runner.overrides import parse
 
@@ -140,6 +141,10 @@ def write_report(name: str, out: Path, runs) -> None:
     seeds = sorted(set(runs["seed"])) if "seed" in runs and len(runs) else []
     if len(seeds) == 1:  # a quick run: no interval anywhere in this table
         header = [*header, f"Seed {seeds[0]} only: {ONE_SEED_NOTE}."]
+    lossy = results_label(runs["_result"]) if len(runs) else None
+    if lossy:  # weights below 16 bits: the title and the figure say so (core/precision.py)
+        header = [f"{header[0]} [{lossy}]", *header[1:]] if header else [f"[{lossy}]"]
+        fig.text(0.01, 0.01, lossy, ha="left", va="bottom", fontsize=7, color="0.35")
     paths = write_table(table, out, name, header, [*notes, *exp.notes,
                                                    *(f"Not expressible: {c}"
                                                      for c in exp.cannot_express)])

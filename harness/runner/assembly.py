@@ -33,7 +33,7 @@ from harness.runner.results import canonical_json
 from harness.runner.run_types import EngineSettings, Run, RunMemo
 from harness.runner.runconfig import check_run_config
 from harness.runner.trace_cache import cached_trace
-from harness.sim.backend_sim import SimBackend
+from harness.sim.backend_sim import SimBackend, dequant_ms
 from harness.sim.engine import Engine
 from harness.sim.memory import MemoryPlan, plan_memory
 from harness.sim.tiers import Tiers
@@ -77,6 +77,7 @@ def assemble(cfg: dict, memo: RunMemo | None = None, *, model: ModelSpec | None 
     model = model or model_spec_from_dict(cfg["model"], "model")
     hw = hw or hardware_spec_from_dict(cfg["hardware"], "hardware")
     system = system or build_system(cfg)
+    dequant_ms(model, hw)  # quantized experts need the profile's rate for their width
     check_fits(cfg, model, system)  # a run that cannot fit is refused before its trace exists
     tiers_of(cfg, hw).check(model, system)  # host, NVMe and CPU-run misses (docs/hardware.md)
     fields = None if all_fields else system.uses_fields

@@ -109,11 +109,12 @@ def test_every_experiment_at_one_seed_and_at_five():
     # six models' traces, 6 of the 414). 322 before the named variants joined every sweep
     # of their seed: + eamc_capacity 7, workload_shift 12, long_context 7, fmoe_online 2,
     # fmoe_cache_limit 2 x 5, fmoe_prefetch_distance 3 x 8, fmoe_store_capacity 5,
-    # fmoe_batch 2 x 4, fmoe_ablation 1, diffmoe_batch 2 models x 8 batches = 92.
+    # fmoe_batch 2 x 4, fmoe_ablation 1, diffmoe_batch 2 models x 8 batches = 92;
+    # + table1_q4: Table 1's 11 systems in its three arms = 33 (447 in all).
     # tiers runs its own 3 seeds: DeepSeek-V2-Lite 2 widths x 5 DRAM sizes x 2 systems,
     # Mixtral 4 x 2, 2 models x 3 handlers x 3 links x 2 hosts, and MoE-Infinity's 4 hosts
     # x 2 (the paper's DRAM, unbounded) x 2 systems = 80 per seed
-    assert (len(one), len(five)) == (414 + 80, 5 * 414 + 3 * 80)
+    assert (len(one), len(five)) == (447 + 80, 5 * 447 + 3 * 80)
 
 
 def test_a_sweep_moebench_m_refuses_is_refused_before_anything():

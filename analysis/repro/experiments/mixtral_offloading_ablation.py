@@ -6,8 +6,10 @@ Configs are composed systems (docs/systems.md, the policy zoo): full = lru_per_l
 spec_next_layer (system=lru by construction), no preload = lru_per_layer + none, no LRU & no
 preload = evict_after_use + none. The sweep's fourth pair, evict_after_use + spec_next_layer,
 is not in the paper and is shown for reference. The cache holds k experts per layer (k = 2
-on the RTX 3060, 4 elsewhere, as the paper) for every config. "naive (accelerate)" is not run:
-see cannot_express.
+on the RTX 3060, 4 elsewhere, as the paper) for every config. Every expert call pays its
+dequantisation at the GPU profile's rate for its width (hardware.dequant_gparams_per_s,
+docs/quantization.md), the cost HQQ's 2- and 3-bit experts add to the paper's layers.
+"naive (accelerate)" is not run: see cannot_express.
 
 Claims pair the configs by seed (analysis/repro/stats.py): full's tokens/s over each
 ablation's per device and width, and the ordering full > no preload > no LRU with its
@@ -33,9 +35,10 @@ EXTRA = "no LRU, preload (not in the paper)"
 CONFIGS = {("lru_per_layer", "spec_next_layer"): FULL, ("lru_per_layer", "none"): NO_PRELOAD,
            ("evict_after_use", "none"): NO_LRU, ("evict_after_use", "spec_next_layer"): EXTRA}
 ORDER = (FULL, NO_PRELOAD, NO_LRU, EXTRA, NAIVE)
-LATE_GUESSES = ("a batch-1 layer computes in 0.3-0.8 ms here against 1.8-6.8 ms per expert "
-                "copy, so guesses land late and evict cached experts; the paper's ~10 ms "
-                "layers are mostly its own kernels, not modelled")
+LATE_GUESSES = ("a guess lands in time when a layer's compute outlasts an expert copy: at "
+                "batch 1 a MoE layer computes in 1.1 ms on the A100 and 3.9-5.6 ms on the "
+                "other GPUs, mostly dequantisation, against 1.8-6.8 ms per copy; a late or "
+                "wrong guess still evicts a cached expert")
 # paper_numbers.md A4 [R], Table 2, tokens/s: (bits, config) -> per device in DEVICES order.
 # The 3-bit naive 3060 entry, 1.791, is as printed (paper_numbers.md marks it "sic").
 PAPER_TOK_S = {
@@ -117,17 +120,23 @@ def table(runs):
               "config. tok_s: generated tokens per second of makespan, mean over seeds; "
               "full_over_config_ratio = full tok_s / the config's, geometric mean of the "
               "per-seed factors (the paper's beside it); headroom: the config's TPOT / "
-              "compute floor. Absolute tokens/s are not comparable (the paper's include its "
-              "HQQ kernels): compare factors."]
+              "compute floor (dequantisation included). Absolute tokens/s are not comparable "
+              "(the paper's include its framework's overheads): compare factors."]
     notes = ["naive (Accelerate) rows carry the paper's numbers only (not expressible).",
              "The paper's model sizes (17.54 / 21.37 GB with 4-bit attention) imply about 3.1 "
              "and 3.9 bits per expert parameter with HQQ's scales and zero-points; we copy the "
              "nominal 2 and 3 bits, so every config's copies are smaller by the same factor.",
-             "Prefetch (full against no preload) loses here: at batch 1 a layer computes in "
-             "0.3-0.8 ms against 1.8-6.8 ms to copy one expert, so most guesses land late, "
-             "and a late or wrong guess still evicts a cached expert; the paper's layers take "
-             "~10 ms each (its ~3 tokens/s), mostly its own kernels, which leaves guesses time "
-             "to land.",
+             "Prefetch (full against no preload) pays where a layer's compute outlasts an "
+             "expert copy, dequantisation included: on the RTX 3080 Mobile (a batch-1 MoE "
+             "layer 3.9-4.1 ms, a copy 1.8-2.8 ms) and the T4 at 2 bits (5.3 against 4.6 ms). "
+             "It does not on the A100 (1.1 against 1.8-2.7 ms), the T4 at 3 bits (5.6 against "
+             "6.8 ms) or the RTX 3060 (4.7-5.0 against 3.7-5.5 ms, where k = 2 slots per layer "
+             "leave a wrong guess half the layer's cache to evict): a late or wrong guess still "
+             "evicts a cached expert.",
+             "The dequantisation rates are [C] on the A100 and [G] on the other three GPUs "
+             "(their memory bandwidth is [G]), for one unfused pass (docs/quantization.md); "
+             "the paper's code fuses dequantisation into its Triton matmuls, whose speed is "
+             "not modelled. The verdicts of full against no preload move with these rates.",
              "The shared real Mixtral sample has no next-layer guesses, so the full config "
              "cannot run on it; no real-routing sweep."]
     return pd.DataFrame(rows), header, notes
@@ -248,8 +257,10 @@ EXPERIMENT = Experiment(
         "naive offloading with Accelerate: the paper does not say which modules it offloads "
         "or how much GPU memory it keeps, and its gap to 'no LRU & no preload' (the same "
         "rule) is Accelerate's implementation (per-tensor hooks, synchronous copies)",
-        "HQQ dequantisation kernels and the paper's framework overheads (its 0.33-1.7 s per "
-        "token against our compute floor of 11-25 ms)",
+        "the paper's framework overheads (its 0.33-1.7 s per token against our compute "
+        "floor of 34-179 ms, dequantisation included) and its fused Triton dequantising "
+        "matmuls: the dequantisation is charged as one unfused pass at the GPU profile's "
+        "rate (docs/quantization.md)",
         "the paper's b = 4 on-device staging buffers: copies land in the k-per-layer cache",
         "the paper's prompts (not stated): 32-token synthetic prompts"),
     notes=("Scaled down: 6 requests of 32 prompt and 32 output tokens per cell; the paper "
