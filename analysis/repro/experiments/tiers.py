@@ -94,7 +94,7 @@ def table(runs):
     for r in runs.to_dict("records"):
         if r["status"] == "valid":
             cells.setdefault(_cell(r["_result"]), []).append(r["_result"])
-    rows = [_row(c, cells[c]) for c in sorted(cells, key=lambda c: tuple(map(str, c)))]
+    rows = [_row(c, cells[c]) for c in sorted(cells)]
     first = runs.iloc[0]
     header = [f"# {TITLE}, SIMULATED", "",
               f"{first['routing']} routing, batch 1, {first['requests']} requests per cell; "
@@ -125,6 +125,7 @@ def _memory_panel(ax, mem) -> None:
         g = g.sort_values("dram_gb")
         ax.errorbar(g["dram_gb"], g["tpot_mean_ms"], yerr=g["tpot_ci95_ms"].fillna(0),
                     marker="o", capsize=2, label=f"{model} {bits}-bit, {system}")
+    ax.set_title("host memory, NVMe below it", fontsize=9)
     ax.set_xlabel("host DRAM (GiB, incl. the host's reserve)")
     ax.set_ylabel("TPOT mean (ms, simulated)")
     ax.set_yscale("log")
@@ -132,15 +133,26 @@ def _memory_panel(ax, mem) -> None:
 
 
 def _misses_panel(ax, miss) -> None:
+    """Colour: the miss handler; marker: the model; line: the host."""
+    from matplotlib.lines import Line2D
+
+    colour = dict(zip(HANDLERS, ("tab:blue", "tab:orange", "tab:green")))
+    marker = {"deepseek_v2_lite": "o", "mixtral_8x7b": "s"}
     x = {link: i for i, link in enumerate(LINKS)}
     for (model, handler, host), g in miss.groupby(["model", "miss_handler", "host"]):
         g = g.sort_values("link")
-        ax.plot([x[v] for v in g["link"]], g["tpot_mean_ms"], marker="o",
-                ls="-" if host == HOSTS[0] else "--", label=f"{model}, {handler}, {host}")
+        ax.plot([x[v] for v in g["link"]], g["tpot_mean_ms"], color=colour[handler],
+                marker=marker.get(model, "^"), ls="-" if host == HOSTS[0] else "--")
+    handles = ([Line2D([], [], color=c, label=h) for h, c in colour.items()]
+               + [Line2D([], [], color="0.3", marker=m, ls="", label=n)
+                  for n, m in marker.items()]
+               + [Line2D([], [], color="0.3", ls=ls, label=h)
+                  for h, ls in zip(HOSTS, ("-", "--"))])
     ax.set_xticks(list(x.values()), list(x))
     ax.set_ylabel("TPOT mean (ms, simulated)")
     ax.set_yscale("log")
-    ax.legend(fontsize=5, ncol=2)
+    ax.set_title("misses: fetch vs CPU vs cost-based", fontsize=9)
+    ax.legend(handles=handles, fontsize=6)
 
 
 def _paper_hosts_panel(ax, hosts) -> None:
@@ -153,6 +165,7 @@ def _paper_hosts_panel(ax, hosts) -> None:
         ax.bar([i + 0.4 * j for i in range(len(models))], vals, 0.4, yerr=errs, capsize=2,
                label="the paper's host DRAM" if bounded else "every expert in DRAM")
     ax.set_xticks([i + 0.2 for i in range(len(models))], models, rotation=20, fontsize=7)
+    ax.set_title("MoE-Infinity's hosts (RTX A5000)", fontsize=9)
     ax.set_ylabel("moe_infinity TPOT mean (ms, simulated)")
     ax.set_yscale("log")
     ax.legend(fontsize=6)
