@@ -1,17 +1,130 @@
-"""The CPU-offload systems' parts: HybriMoE's hybrid miss handler (its greedy on hand-computed
-costs) and its Minus Recent Score evictor and prefetcher (victims and proposals on a hand-made
-score history)."""
+"""The CPU-offload systems (ktransformers, fiddler, hybrimoe) and their parts (systems/placement.py,
+the hybrid miss handler, the mrs evictor and prefetcher): hand-walked cases on hand-made
+traces and costs, and end-to-end runs through moebench with an inline host profile."""
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 from types import SimpleNamespace
 
 import numpy as np
+import pytest
+from helpers import ROOT, FixedBackend, meta_for, tiny_model
 
+from core.tier_specs import host_spec_from_dict
+from core.trace import trace_from_routing
 from core.view import SystemContext
+from harness.sim.engine import Engine
+from harness.sim.recorder import CPU, DEMAND, HIT, MISS, PRELOAD
+from harness.sim.tiers import Tiers
 from systems.evictors.mrs import MRSEvictor
+from systems.fiddler import Fiddler
+from systems.hybrimoe import HybriMoE
+from systems.ktransformers import KTransformers
 from systems.miss_handlers.hybrid import HybridMisses, hybrid_schedule
+from systems.placement import frequency_keys, front_loading_keys, uniform_keys
 from systems.prefetchers.mrs import MRSPrefetch
+
+HOST = {"name": "t", "display_name": "t", "dram_gb": 64, "reserve_gb": 8, "mem_gbps": 80,
+        "cpu_tflops": 2, "cpu_expert_overhead_us": 50}
+HOST_OVERRIDE = "+hardware.host={" + ",".join(f"{k}:{v}" for k, v in HOST.items()) + "}"
+
+
+# ---- hand traces through the engine -------------------------------------------------------------
+class CpuBackend(FixedBackend):
+    """FixedBackend (expert 1 ms, copy 2 ms) with a CPU: `cpu_ms_per_token` per routed token."""
+
+    def __init__(self, cpu_ms_per_token=1.0):
+        super().__init__()
+        self.cpu_ms_per_token = cpu_ms_per_token
+
+    def cpu_expert_ms(self, n_tokens):
+        return self.cpu_ms_per_token * n_tokens
+
+
+def hand(steps, layers=2, experts=4):
+    """One request, top-1; steps[s][layer] = the step's tokens' experts (prefill: several)."""
+    model = tiny_model(layers=layers, experts=experts, top_k=1)
+    routing = [[[[e] for e in steps[s][layer]] for layer in range(layers)]
+               for s in range(len(steps))]
+    req = {"id": "a", "prompt_len": len(steps[0][0]), "output_len": len(steps),
+           "arrival_ms": 0.0, "routing": routing}
+    return model, trace_from_routing(meta_for(model), [req])
+
+
+def run(system, model, trace, slots, calibration=None, backend=None):
+    tiers = Tiers(host_spec_from_dict(HOST), None, None, 24.0)
+    engine = Engine(model, backend or CpuBackend(), trace, system,
+                    capacity_bytes=slots * model.expert_bytes, tiers=tiers)
+    if calibration is not None:
+        system.warmup(calibration)
+    return engine.run().tables()
+
+
+# Calibration: L0 tokens 1 1 2 | 1 | 2 -> e1: 3, e2: 2; L1 tokens 3 3 0 | 3 | 3 -> e3: 4, e0: 1.
+# Keys (layer * 4 + id): 7 (4 tokens), 1 (3), 2 (2), 4 (1): the 3 most counted are 1, 2, 7.
+CALIBRATION = [[[1, 1, 2], [3, 3, 0]], [[1], [3]], [[2], [3]]]
+# Measured: s0 L0 {0, 1} L1 {2, 3}; s1 L0 {2} L1 {1}; s2 L0 {1} L1 {3}.
+MEASURED = [[[0, 1], [3, 2]], [[2], [1]], [[1], [3]]]
+
+
+def test_ktransformers_keeps_its_placement_and_runs_every_miss_on_the_cpu():
+    model, trace = hand(MEASURED)
+    _, calib = hand(CALIBRATION)
+    system = KTransformers()
+    t = run(system, model, trace, slots=3, calibration=calib)
+    assert system.placed == {1, 2, 7}
+    tr = t["transfers"]
+    assert list(tr["kind"]) == [PRELOAD] * 3 and sorted(tr["key"]) == [1, 2, 7]  # no other copy
+    acc = t["accesses"]
+    got = sorted(zip(acc["expert"].tolist(), acc["class"].tolist()))
+    # s0: 0 cpu, 1 hit, (L1) 2 -> key 6 cpu, 3 -> key 7 hit; s1: 2 hit, (L1) 1 -> key 5 cpu;
+    # s2: 1 hit, 3 hit.
+    assert sorted(got) == sorted([(0, CPU), (1, HIT), (2, CPU), (3, HIT), (2, HIT), (1, CPU),
+                                  (1, HIT), (3, HIT)])
+    assert set(acc["transfer_id"][acc["class"] == CPU].tolist()) == {-1}
+
+
+def test_fiddler_copies_a_heavy_miss_into_its_one_scratch_slot():
+    # 4 slots: 3 placed (keys 1, 2, 7) + the scratch slot. Costs: GPU 1 ms, copy 2 ms, CPU 1 ms
+    # a token: a missed expert with 4 tokens goes to the GPU (4 > 2 + 1), with 1 token to the
+    # CPU (1 < 3). s0 L0: expert 0 has 4 tokens -> copied (key 0); L1: expert 2 has 4 tokens
+    # -> copied (key 6), evicting key 0, the scratch expert; expert 0 (key 4, 1 token) -> CPU.
+    # s1: L0 {0}: key 0 was evicted, 1 token -> CPU; L1 {3}: key 7 placed, a hit.
+    model, trace = hand([[[0, 0, 0, 0, 1], [2, 2, 2, 2, 0]], [[0], [3]]])
+    _, calib = hand(CALIBRATION)
+    system = Fiddler()
+    t = run(system, model, trace, slots=4, calibration=calib)
+    assert system.placed == {1, 2, 7}
+    tr = t["transfers"]
+    assert list(tr["kind"]) == [PRELOAD] * 3 + [DEMAND] * 2
+    assert tr["key"].tolist()[3:] == [0, 6]
+    evicted = tr["key"][~np.isnan(tr["evict_ms"])].tolist()
+    assert evicted == [0]  # only the scratch slot's expert ever leaves
+    acc = t["accesses"]
+    assert int(np.sum(acc["class"] == MISS)) == 2 and int(np.sum(acc["class"] == CPU)) == 2
+
+
+def test_placement_strategies():
+    counts = np.array([[0, 3, 2, 0], [1, 0, 0, 4]])
+    assert frequency_keys(counts, 3) == [1, 2, 7]
+    assert frequency_keys(np.zeros((2, 4), int), 3) == [0, 1, 2]  # ties: the lowest key
+    # kt_utils.py: n // L per layer, the first n % L layers one more, the lowest ids
+    assert uniform_keys(2, 4, 5) == [0, 1, 2, 4, 5]
+    assert front_loading_keys(2, 4, 5) == [0, 1, 2, 3, 4]
+
+
+def test_static_placement_needs_its_warmup_and_checks_its_knob():
+    system = KTransformers()
+    system.bind(ctx(slots=3))
+    with pytest.raises(ValueError, match="needs warmup"):
+        system.initial_residents()
+    assert KTransformers(placement="uniform").needs_calibration() is False
+    with pytest.raises(ValueError, match="^placement: must be one of frequency, uniform"):
+        KTransformers(placement="hot")
 
 
 # ---- the hybrid miss handler --------------------------------------------------------------------
@@ -132,3 +245,58 @@ def test_mrs_prefetch_proposes_the_next_layers_top_scores():
     off.bind(ctx())
     off.on_layer_routed(routed(0, [1.0, 0.0, 0.0, 0.0]), 0.0)
     assert off.propose(0.0) is None
+
+
+def test_hybrimoe_is_composed_of_its_three_parts():
+    system = HybriMoE(prefetch_size=3)
+    assert (system.evictor.name, system.prefetcher.name, system.miss_handler.name) == (
+        "mrs", "mrs", "hybrid")
+    assert system.uses_fields == ("probs",)
+    with pytest.raises(ValueError, match="^prefetch_size: must be an integer >= 0"):
+        HybriMoE(prefetch_size=-1)
+
+
+# ---- end to end through moebench ----------------------------------------------------------------
+TINY = ["workload.num_requests=3", "workload.prompt_len=24", "workload.output_len=4",
+        "calibration_requests=4", "progress=false", "trace_cache_dir=null",
+        "expert_cache_gb=4"]
+
+
+def moebench(args, tmp_path):
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.run([sys.executable, "-m", "moebench.cli", f"results_dir={tmp_path}",
+                           *TINY, *args], capture_output=True, text=True, timeout=300,
+                          env=env, cwd=tmp_path)
+
+
+@pytest.mark.parametrize("system", ["ktransformers", "fiddler", "hybrimoe"])
+def test_named_cpu_system_runs_through_moebench(tmp_path, system):
+    p = moebench([f"system={system}", HOST_OVERRIDE], tmp_path)
+    assert p.returncode == 0, p.stderr
+    assert f"[SIMULATED, synthetic routing] {system} |" in p.stdout and ": valid," in p.stdout
+    (result,) = tmp_path.glob("default/*/result.json")
+    r = json.loads(result.read_text())
+    assert r["status"] == "valid" and r["system"]["name"] == system
+    assert r["metrics"]["cpu_runs"] > 0 and r["engine"]["core"] == "python"
+
+
+def test_named_cpu_system_without_a_host_is_refused(tmp_path):
+    p = moebench(["system=ktransformers"], tmp_path)
+    assert p.returncode == 2 and "hardware.host" in p.stderr
+    assert not list(tmp_path.glob("default/*/result.json"))
+
+
+def test_cpu_systems_are_the_named_systems_that_run_experts_on_the_cpu():
+    """CPU_SYSTEMS (not Table 1 rows, a host in the goldens) lists exactly the named systems
+    whose miss handler runs experts on the CPU."""
+    from core.targets import build_target
+    from harness.runner.config import NOT_IN_TABLE1, compose_config, cpu_system_names
+    from systems.base import System
+
+    def on_cpu(name):
+        system = build_target(compose_config([f"system={name}"])["system"], "system", System)
+        return system.miss_handler is not None and system.miss_handler.runs_on_cpu
+
+    names = sorted(p.stem for p in (ROOT / "conf" / "system").glob("*.yaml"))
+    assert [n for n in names if n != "composed" and on_cpu(n)] == cpu_system_names()
+    assert set(cpu_system_names()) <= set(NOT_IN_TABLE1)
