@@ -13,6 +13,10 @@ Victim: the evictable resident with the lowest S, ties by the lowest key
 s is the trace's `probs` (step-mean router probabilities), averaged over the iteration's
 requests; the release takes the first token's scores (`top_p_scores[0]`), the same at batch 1
 in decode. Without `probs` (ours): each routed expert's share of the step's top-k choices.
+Without the routing at all (ours; the host evictor, which the host tier tells only the step's
+keys, docs/hardware.md): an equal share for each key of the step. A system that forwards the
+routing (the composed system, right after on_access) has that provisional update undone and
+redone from the routing, so the scores are exactly the routing's.
 Scope: the release gives each layer a fixed number of slots (`load_size`) and evicts the
 lowest S of the incoming expert's layer; the engine has one pool, so the victim is the
 lowest S over all layers (the README: "prioritizes high-demand experts across layers").
@@ -39,6 +43,7 @@ class MRSScores:
         self.top_p = min(p, self.E)
         self.use_probs = "probs" in ctx.trace_fields
         self.score = np.zeros(ctx.num_layers * self.E, np.float64)
+        self._undo: tuple[int, np.ndarray] | None = None  # (layer, its row before update_keys)
 
     def router_scores(self, routing) -> np.ndarray:
         """s [E] float64: the members' probs averaged, else the routed experts' shares."""
@@ -50,9 +55,25 @@ class MRSScores:
         return s / s.sum()
 
     def update(self, routing) -> None:
-        s, E = self.router_scores(routing), self.E
-        row = self.score[routing.layer * E:(routing.layer + 1) * E]  # a view
-        top = np.lexsort((np.arange(E), -s))[:self.top_p]  # highest s, ties lowest id
+        row = self._row(routing.layer)
+        if self._undo is not None and self._undo[0] == routing.layer:
+            row[:] = self._undo[1]  # the provisional update from the keys alone
+        self._undo = None
+        self._apply(row, self.router_scores(routing))
+
+    def update_keys(self, layer: int, keys) -> None:
+        """Provisional update from the step's keys only: an equal share each."""
+        row = self._row(layer)
+        self._undo = (layer, row.copy())
+        s = np.zeros(self.E, np.float64)
+        s[np.asarray(keys, np.int64) - layer * self.E] = 1.0 / len(keys)
+        self._apply(row, s)
+
+    def _row(self, layer: int) -> np.ndarray:
+        return self.score[layer * self.E:(layer + 1) * self.E]  # a view
+
+    def _apply(self, row: np.ndarray, s: np.ndarray) -> None:
+        top = np.lexsort((np.arange(self.E), -s))[:self.top_p]  # highest s, ties lowest id
         row *= 1.0 - self.alpha
         row[top] += self.alpha * s[top]
 
@@ -72,6 +93,9 @@ class MRSEvictor(Evictor):
         super().bind(ctx)
         self.scores.bind(ctx)
         self.resident = np.zeros(ctx.num_layers * ctx.num_experts, bool)
+
+    def on_access(self, iteration, layer, keys, now_ms):
+        self.scores.update_keys(layer, keys)
 
     def on_layer_routed(self, routing, now_ms):
         self.scores.update(routing)

@@ -234,6 +234,24 @@ def test_mrs_without_probs_uses_the_routed_shares():
     assert ev.scores.score.tolist() == [0.0] * 5 + [0.375, 0.125, 0.0]
 
 
+def test_mrs_keys_alone_give_equal_shares_and_the_routing_replaces_them():
+    # As a host evictor (keys only): L1 keys 5, 6 -> s = .5 each -> S5 = S6 = .25.
+    host = MRSEvictor()
+    host.bind(ctx())
+    host.on_access(None, 1, [5, 6], 0.0)
+    assert host.scores.score.tolist() == [0.0] * 5 + [0.25, 0.25, 0.0]
+    # In a composed system on_access comes first, then the routing: the provisional update
+    # is undone, so the scores are the routing's alone (S5 .125, S7 .375).
+    both, alone = MRSEvictor(), MRSEvictor()
+    for ev in (both, alone):
+        ev.bind(ctx())
+    both.on_access(None, 1, [5, 7], 0.0)
+    for ev in (both, alone):
+        ev.on_layer_routed(routed(1, [0.0, 0.25, 0.0, 0.75]), 0.0)
+    assert both.scores.score.tolist() == alone.scores.score.tolist() == [0.0] * 5 + [
+        0.125, 0.0, 0.375]
+
+
 def test_mrs_prefetch_proposes_the_next_layers_top_scores():
     pf = MRSPrefetch(max_proposal=2)
     pf.bind(ctx())
