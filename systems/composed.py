@@ -8,7 +8,8 @@ conf/system/prefetcher/*.yaml) that must subclass Evictor / Prefetcher / Admissi
 with the project allowlist (core/targets.py); an already built part is taken as it is.
 Engine events are forwarded (docs/architecture.md has the order):
   on_layer_routed -> evictor.on_access(iteration, layer, the step's keys) once per layer step,
-                     then prefetcher.on_layer_routed
+                     evictor.on_layer_routed (an evictor reading router scores),
+                     miss_handler.on_layer_routed, then prefetcher.on_layer_routed
   propose_prefetch -> prefetcher.propose
   choose_victim   -> evictor.choose_victim; for a prefetch that would evict a named victim,
                      admission.admit (False: declined, None). A free slot is always used: the
@@ -16,7 +17,9 @@ Engine events are forwarded (docs/architecture.md has the order):
   on_load / on_evict -> evictor.on_insert / on_evict, then the prefetcher's
   on_step_end -> evictor, then prefetcher; request hooks and warmup -> prefetcher.
 The miss handler (conf/system/miss_handler/*.yaml; null: fetch) is asked by the engine itself
-which missed experts run on the host CPU (docs/hardware.md); it sees no other event.
+which missed experts run on the host CPU (docs/hardware.md); it sees no other event than the
+layer step's routing. The evictor's and the miss handler's on_layer_routed are called only
+where they override the base class's.
 `prefetch: false` turns the prefetcher off: the engine never asks, and the prefetcher sees
 no event after bind (it is not warmed up either).
 """
@@ -106,6 +109,11 @@ class Composed(System):
         # an evictor without recency or counts needs no key list per layer step
         self._on_access = (None if type(self.evictor).on_access is Evictor.on_access
                            else self.evictor.on_access)
+        # parts that read the layer step's routing itself (router scores, the whole layer)
+        self._observers = [part.on_layer_routed for part, base in
+                           ((self.evictor, Evictor), (self.miss_handler, MissHandler))
+                           if part is not None
+                           and type(part).on_layer_routed is not base.on_layer_routed]
 
     def needs_calibration(self) -> bool:
         return self._pf is not None and self._pf.needs_calibration()
@@ -123,6 +131,8 @@ class Composed(System):
             base = routing.layer * self.ctx.num_experts
             self._on_access(routing.iteration, routing.layer,
                             [base + e for e in routing.experts], now_ms)
+        for observe in self._observers:
+            observe(routing, now_ms)
         if self._pf is not None:
             self._pf.on_layer_routed(routing, now_ms)
 

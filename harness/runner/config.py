@@ -22,10 +22,13 @@ def compose_config(overrides: list[str], run_name: str = "run",
     return OmegaConf.to_container(cfg, resolve=True)
 
 
+# Named systems that run experts on the host CPU (docs/systems.md, "CPU-offload systems"):
+# they need a host profile (hardware.host), which Table 1's GPU-only setting has not.
+CPU_SYSTEMS = ("fiddler", "hybrimoe", "ktransformers")
 # conf/system/*.yaml entries that are not named systems of Table 1: the composed system (a
-# frame for the plug-in zoo) and the Belady bounds besides `oracle`. The Makefile's
-# reproduce-table1 glob excludes the same names.
-NOT_IN_TABLE1 = ("composed", "belady", "belady_bypass", "belady_lookahead")
+# frame for the plug-in zoo), the Belady bounds besides `oracle` and the CPU-offload systems.
+# The Makefile's reproduce-table1 glob excludes the same names.
+NOT_IN_TABLE1 = ("composed", "belady", "belady_bypass", "belady_lookahead", *CPU_SYSTEMS)
 # The Hydra sweep value that selects Table 1's systems (make reproduce-table1, bench-sim)
 TABLE1_GLOB = f"glob(*,exclude=[{','.join(NOT_IN_TABLE1)}])"
 
@@ -35,3 +38,8 @@ def system_names() -> list[str]:
     NOT_IN_TABLE1."""
     return sorted(p.stem for p in (CONF_DIR / "system").glob("*.yaml")
                   if p.stem not in NOT_IN_TABLE1)
+
+
+def cpu_system_names() -> list[str]:
+    """The named CPU-offload systems (CPU_SYSTEMS): not Table 1 rows; they need a host."""
+    return sorted(CPU_SYSTEMS)

@@ -7,7 +7,9 @@ engine's events; joint systems may use an evictor as their eviction part.
 
 Event order within one MoE layer step (docs/architecture.md): on_access(block keys), then
 for each copy the engine commits: choose_victim -> on_evict(victim) (if one was named) ->
-on_insert(key). on_step_end closes an iteration (a forward pass over the batch).
+on_insert(key). on_step_end closes an iteration (a forward pass over the batch). An evictor
+that reads the routing itself (router scores: `uses_fields`) overrides on_layer_routed, which
+the composed system calls right after on_access, only where it is overridden.
 """
 
 from __future__ import annotations
@@ -27,6 +29,9 @@ class Evictor:
     def on_access(self, iteration: IterationInfo, layer: int, keys: list[int],
                   now_ms: float) -> None:
         """The MoE layer step's routed keys (ascending), before any of them runs."""
+
+    def on_layer_routed(self, routing, now_ms: float) -> None:
+        """The layer step's routing (core.view.LayerRouting: probs, weights), after on_access."""
 
     def on_insert(self, key: int, demand: bool, now_ms: float) -> None:
         """A copy of `key` was committed into a slot (not called for preloads)."""

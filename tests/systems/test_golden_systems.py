@@ -9,6 +9,8 @@ Settings (small, so the test is quick; each forces evictions and prefetch decisi
   h200: Switch-base-128 on an H200, where every expert fits (no_offload runs);
   b8_online: Poisson arrivals at 4 req/s, batch up to 8, 16 requests (continuous batching:
              requests join and leave mid-run), added before issue "Engine speed and memory".
+The named CPU-offload systems (harness/runner/config.py CPU_SYSTEMS, not in system_names())
+run every setting with an inline host profile (HOST), the only override they add.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ import pytest
 from helpers import GOLDEN, with_variants
 
 from harness.runner.assembly import assemble
-from harness.runner.config import compose_config, system_names
+from harness.runner.config import compose_config, cpu_system_names, system_names
 from harness.runner.parquet_io import read_tables
 from harness.runner.run import execute
 from harness.runner.store import run_dir_of
@@ -40,7 +42,11 @@ SETTINGS = {
                   "arrivals=poisson", "workload.arrivals.rate_rps=4"],
 }
 SEED_KNOBS = {"moe_infinity": ["system.eamc_capacity=5"], "fmoe": ["system.store_capacity=12"]}
-PER_SYSTEM = with_variants(SEED_KNOBS)
+# The CPU-offload systems (not Table 1 rows) need a host profile: an inline one, theirs only,
+# so every other system's settings and goldens stay as they were.
+HOST = ("+hardware.host={name:golden,display_name:golden,dram_gb:64,reserve_gb:8,"
+        "mem_gbps:80,cpu_tflops:2,cpu_expert_overhead_us:50}")
+PER_SYSTEM = {**with_variants(SEED_KNOBS), **{s: [HOST] for s in cpu_system_names()}}
 
 
 def table_sha(run_dir: Path) -> str:
@@ -80,8 +86,8 @@ SKIP = {("oracle", "b8_online")}
 
 
 def all_summaries(tmp: Path) -> dict:
-    return {f"{s}/{k}": summary(s, k, tmp) for s in system_names() if s != "composed"
-            for k in SETTINGS if (s, k) not in SKIP}
+    return {f"{s}/{k}": summary(s, k, tmp) for s in [*system_names(), *cpu_system_names()]
+            if s != "composed" for k in SETTINGS if (s, k) not in SKIP}
 
 
 def test_every_system_matches_its_golden_summary(tmp_path):
