@@ -112,9 +112,9 @@ def test_every_experiment_at_one_seed_and_at_five():
     # fmoe_batch 2 x 4, fmoe_ablation 1, diffmoe_batch 2 models x 8 batches = 92;
     # + table1_q4: Table 1's 11 systems in its three arms = 33 (447 in all).
     # tiers runs its own 3 seeds: DeepSeek-V2-Lite 2 widths x 5 DRAM sizes x 2 systems,
-    # Mixtral 4 x 2, 2 models x 3 handlers x 3 links x 2 hosts, and MoE-Infinity's 4 hosts
-    # x 2 (the paper's DRAM, unbounded) x 2 systems = 80 per seed
-    assert (len(one), len(five)) == (447 + 80, 5 * 447 + 3 * 80)
+    # Mixtral 4 x 2, 2 models x (3 handlers + 3 CPU-offload systems) x 3 links x 2 hosts,
+    # and MoE-Infinity's 4 hosts x 2 (the paper's DRAM, unbounded) x 2 systems = 116 per seed
+    assert (len(one), len(five)) == (447 + 116, 5 * 447 + 3 * 116)
 
 
 def test_a_sweep_moebench_m_refuses_is_refused_before_anything():

@@ -7,9 +7,10 @@ CPU). Three studies, each a sweep over seeds:
   host memory  TPOT against hardware.host.dram_gb with the experts that do not fit read from
                NVMe: DeepSeek-V2-Lite (bf16 and 4-bit experts, GPU cache 6 GiB) and
                Mixtral-8x7B (bf16, the GPU cache the RTX 4090 leaves), lru and the oracle (a bound);
-  misses       composed lru + no prefetch with each miss handler (fetch, cpu, cost_based)
-               across PCIe 3, 4 and 5 links, on a desktop host (2-channel DDR5) and a server
-               socket (8-channel DDR5, AMX);
+  misses       composed lru + no prefetch with each miss handler (fetch, cpu, cost_based),
+               and the named CPU-offload systems (ktransformers, fiddler, hybrimoe), across
+               PCIe 3, 4 and 5 links, on a desktop host (2-channel DDR5) and a server socket
+               (8-channel DDR5, AMX);
   paper hosts  MoE-Infinity's host memory per model (Switch-large-128 64 GB, NLLB-MoE 256,
                DeepSeek-V2-Lite 32, Mixtral 128; read as GiB) at its README setting (one RTX
                A5000, prompt 512, decode 32), against a host that holds every expert
@@ -25,6 +26,7 @@ from analysis.repro.experiments._moe_infinity_paper import HOST_MEMORY_GB
 from analysis.repro.output import new_figure
 from analysis.repro.spec import Experiment, Sweep
 from analysis.sweepstats import mean_ci
+from harness.runner.config import CPU_SYSTEMS
 
 TITLE = "Memory tiers: host DRAM, NVMe, CPU-run misses, quantized experts"
 SEEDS = (0, 1, 2)
@@ -53,6 +55,10 @@ def _sweeps() -> tuple[Sweep, ...]:
         Sweep(("model=mixtral_8x7b", "system=composed",
                f"system/miss_handler={','.join(HANDLERS)}", f"hardware/link={','.join(LINKS)}",
                f"hardware/host={','.join(HOSTS)}")),
+        *(Sweep((f"model={m}", *(("expert_cache_gb=6",) if m == "deepseek_v2_lite" else ()),
+                 f"system={','.join(sorted(CPU_SYSTEMS))}", f"hardware/link={','.join(LINKS)}",
+                 f"hardware/host={','.join(HOSTS)}"))
+          for m in ("deepseek_v2_lite", "mixtral_8x7b")),
         *(Sweep(("hardware=rtx_a5000", f"model={m}", "workload.prompt_len=512",
                  "workload.output_len=32", f"hardware.host.dram_gb={HOST_MEMORY_GB[m]},"
                  f"{UNBOUNDED_GB}", "system=moe_infinity,moe_infinity_hysteresis"))
@@ -66,7 +72,7 @@ def _cell(result: dict) -> tuple:
     hw = cfg["hardware"]
     handler = (system.get("miss_handler") or {}).get("name", "fetch")
     composed = system["name"] == "composed"
-    study = ("misses" if composed else
+    study = ("misses" if composed or system["name"] in CPU_SYSTEMS else
              "paper hosts" if hw["name"] == "rtx_a5000" else "host memory")
     return (study, cfg["model"]["name"],
             cfg["model"]["expert_bits"], "composed lru" if composed else system["name"],
@@ -109,14 +115,19 @@ def table(runs):
 
 
 def figure(tab, runs):
-    """Left: TPOT against host DRAM. Middle: TPOT per miss handler and link (desktop host
-    solid, server socket dashed). Right: MoE-Infinity's hosts against an unbounded one."""
-    fig, ax = new_figure(TITLE, runs.iloc[0]["routing"], width=16.0, height=4.8)
+    """Top left: TPOT against host DRAM. Top right: TPOT per miss handler and link. Bottom
+    left: the named CPU-offload systems per link. Bottom right: MoE-Infinity's hosts against
+    an unbounded one. Desktop host solid, server socket dashed."""
+    fig, ax = new_figure(TITLE, runs.iloc[0]["routing"], width=13.0, height=9.0)
     fig.delaxes(ax)
-    left, middle, right = fig.subplots(1, 3)
-    _memory_panel(left, tab[tab["study"] == "host memory"])
-    _misses_panel(middle, tab[tab["study"] == "misses"])
-    _paper_hosts_panel(right, tab[tab["study"] == "paper hosts"])
+    (memory, handlers), (named, hosts) = fig.subplots(2, 2)
+    _memory_panel(memory, tab[tab["study"] == "host memory"])
+    miss = tab[tab["study"] == "misses"]
+    _misses_panel(handlers, miss[miss["system"] == "composed lru"], "miss_handler", HANDLERS,
+                  "misses: fetch vs CPU vs cost-based (composed lru)")
+    _misses_panel(named, miss[miss["system"] != "composed lru"], "system",
+                  tuple(sorted(CPU_SYSTEMS)), "the named CPU-offload systems")
+    _paper_hosts_panel(hosts, tab[tab["study"] == "paper hosts"])
     return fig
 
 
@@ -132,18 +143,19 @@ def _memory_panel(ax, mem) -> None:
     ax.legend(fontsize=6)
 
 
-def _misses_panel(ax, miss) -> None:
-    """Colour: the miss handler; marker: the model; line: the host."""
+def _misses_panel(ax, miss, by: str, names: tuple, title: str) -> None:
+    """TPOT per link; colour: `by` (a miss handler or a system); marker: the model; line:
+    the host."""
     from matplotlib.lines import Line2D
 
-    colour = dict(zip(HANDLERS, ("tab:blue", "tab:orange", "tab:green")))
+    colour = dict(zip(names, ("tab:blue", "tab:orange", "tab:green")))
     marker = {"deepseek_v2_lite": "o", "mixtral_8x7b": "s"}
     x = {link: i for i, link in enumerate(LINKS)}
-    for (model, handler, host), g in miss.groupby(["model", "miss_handler", "host"]):
+    for (model, name, host), g in miss.groupby(["model", by, "host"]):
         g = g.sort_values("link")
-        ax.plot([x[v] for v in g["link"]], g["tpot_mean_ms"], color=colour[handler],
+        ax.plot([x[v] for v in g["link"]], g["tpot_mean_ms"], color=colour[name],
                 marker=marker.get(model, "^"), ls="-" if host == HOSTS[0] else "--")
-    handles = ([Line2D([], [], color=c, label=h) for h, c in colour.items()]
+    handles = ([Line2D([], [], color=c, label=n) for n, c in colour.items()]
                + [Line2D([], [], color="0.3", marker=m, ls="", label=n)
                   for n, m in marker.items()]
                + [Line2D([], [], color="0.3", ls=ls, label=h)
@@ -151,7 +163,7 @@ def _misses_panel(ax, miss) -> None:
     ax.set_xticks(list(x.values()), list(x))
     ax.set_ylabel("TPOT mean (ms, simulated)")
     ax.set_yscale("log")
-    ax.set_title("misses: fetch vs CPU vs cost-based", fontsize=9)
+    ax.set_title(title, fontsize=9)
     ax.legend(handles=handles, fontsize=6)
 
 
