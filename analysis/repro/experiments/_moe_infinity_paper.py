@@ -37,8 +37,8 @@ NO_COUNTERPART = {
 # BrainStorm and Mixtral-Offloading (the paper's own, not the README's 1752 / 735).
 FIG7_MIXTRAL_MS = 836
 FIG7_MIXTRAL_SPEEDUP = 1.4
-# Host memory the paper gives each model (text, "Setup"); the simulator assumes every expert
-# sits in pinned host memory and models no SSD tier.
+# Host memory the paper gives each model (text, "Setup"). moe_infinity_models keeps every
+# expert in pinned host memory; the tiers experiment runs these sizes with an NVMe tier below.
 HOST_MEMORY_GB = {"switch_large_128": 64, "nllb_moe_54b": 256, "deepseek_v2_lite": 32,
                   "mixtral_8x7b": 128, "arctic": 1024}
 
