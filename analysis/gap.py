@@ -190,6 +190,12 @@ def main(argv: list[str]) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         try:
             cfg = compose_config(argv, run_name="gap", results_dir=tmp)
+            handler = build_target(cfg["system"], "system", System).miss_handler
+            if handler is not None and handler.runs_on_cpu:
+                print(f"moebench gap: misses handled by {handler.name} run on the host CPU "
+                      "instead of loading: the decomposition compares loads of systems that "
+                      "fetch every miss (docs/metrics.md, \"Gap to Belady\")", file=sys.stderr)
+                return 1
             result = run_config(cfg)
         except (SpecError, TraceError) as exc:
             print(f"moebench gap: error: {exc}", file=sys.stderr)

@@ -104,3 +104,10 @@ def test_cli_prints_the_table(capsys):
     assert "SIMULATED" in out and "| residual |" in out and "| belady_admission |" in out
     assert main([*TINY_RUN, "system=fmoe"]) == 1  # a joint design: no separable evictor
     assert "no separable evictor" in capsys.readouterr().err
+
+
+def test_cli_refuses_a_system_that_runs_misses_on_the_cpu(capsys):
+    # its loads are fewer than Belady's by design: nothing to decompose
+    assert main([*TINY_RUN, "system=composed", "system/miss_handler=cost_based",
+                 "hardware/host=ddr5_dual_channel"]) == 1
+    assert "run on the host CPU instead of loading" in capsys.readouterr().err
