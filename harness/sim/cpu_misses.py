@@ -12,27 +12,23 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from harness.sim.executor import Durations
+
 
 class CpuStream:
     """The host CPU's expert queue: `run(key, tokens, t)` -> the ms its output is back."""
 
     def __init__(self, backend, tier):
-        self.backend, self.tier = backend, tier
+        self.tier = tier
+        self.expert_ms = Durations(backend, "cpu_expert_ms")  # tokens -> CPU expert ms
         self.free_ms = 0.0
         self.runs = 0
         self.busy_ms = 0.0
-        self._memo: dict[int, float] = {}  # tokens -> CPU expert ms
-
-    def expert_ms(self, tokens: int) -> float:
-        ms = self._memo.get(tokens)
-        if ms is None:
-            ms = self._memo[tokens] = self.backend.cpu_expert_ms(tokens)
-        return ms
 
     def run(self, key: int, tokens: int, t: float) -> float:
         _, landed = self.tier.stage(key, t, True)
         start = max(t, self.free_ms, landed)
-        end = start + self.expert_ms(tokens)
+        end = start + self.expert_ms[tokens]
         self.tier.hold(key, end)
         self.free_ms = end
         self.runs += 1

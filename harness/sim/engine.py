@@ -47,7 +47,7 @@ class Engine:
         self.max_batch, self.progress = max_batch, progress
         self.E, self.L = model.num_experts, model.num_moe_layers
         # memory tiers or CPU-run misses (docs/hardware.md): None unless the run has them
-        tiers = tiers if tiers is not None and tiers.active(system, model, trace) else None
+        tiers = tiers if tiers is not None and tiers.active(system, model) else None
         # compiled or python (harness/sim/cores.py): the same results, another speed
         self.core = cores.resolve(core, backend, tiered=tiers is not None)
         self.cache, self.rec = cores.make_state(self.core, capacity_bytes, model.expert_bytes,
@@ -75,7 +75,7 @@ class Engine:
         self.index = BlockIndex.of(trace)
         if self.core == "compiled":  # at most one access per union entry, one row per block
             self.rec.reserve(len(self.index.ids_array), len(self.index.bounds_array) - 1)
-        self.tier = None if tiers is None else tiers.host_tier(model, trace, ctx, backend)
+        self.tier = None if tiers is None else tiers.host_tier(model, ctx)
         self.copies, self.step = cores.make_step(self.core, self.index, RoutingView(self.index),
                                                  self.hooks, self.cache, self.rec, backend,
                                                  self.E, self.tier, system.miss_handler)

@@ -43,7 +43,7 @@ class SimExecutor(Executor):
     """Cost-model time: start = max(ready, now), end = start + backend.expert_ms(count)."""
 
     def __init__(self, backend):
-        self.memo = _Durations(backend)  # tokens -> expert call ms
+        self.memo = Durations(backend)  # tokens -> expert call ms
 
     def run(self, expert: int, count: int, ready_ms: float, now_ms: float):
         start = ready_ms if ready_ms > now_ms else now_ms
@@ -61,14 +61,15 @@ class SimExecutor(Executor):
         return now
 
 
-class _Durations(dict):
-    """tokens -> expert call ms, asked of the backend once per token count (the backend is
-    looked up on first use: a live backend has no cost model)."""
+class Durations(dict):
+    """tokens -> ms of one expert call, asked of the backend's `cost` method (expert_ms: on
+    the GPU; cpu_expert_ms: on the host CPU, harness/sim/cpu_misses.py) once per token count.
+    The method is looked up on first use: a live backend has no cost model."""
 
-    def __init__(self, backend):
+    def __init__(self, backend, cost: str = "expert_ms"):
         super().__init__()
-        self.backend = backend
+        self.backend, self.cost = backend, cost
 
     def __missing__(self, count: int) -> float:
-        dur = self[count] = self.backend.expert_ms(count)
+        dur = self[count] = getattr(self.backend, self.cost)(count)
         return dur

@@ -58,7 +58,7 @@ class TieredLayerStep(LayerStep):
     def _costs(self, now: float) -> MissCosts:
         tier, cpu = self.tier, self.cpu
         return MissCosts(
-            cpu_ms=cpu.expert_ms, gpu_ms=self._gpu_ms.__getitem__,
+            cpu_ms=cpu.expert_ms.__getitem__, gpu_ms=self._gpu_ms.__getitem__,
             copy_ms=self.copies.copy_ms, now_ms=now, cpu_free_ms=max(now, cpu.free_ms),
             link_free_ms=max(now, self.copies.copy_free_ms),
             in_host=lambda key: not tier.bounded or key in tier.ready_ms)

@@ -73,12 +73,13 @@ class Tiers:
             raise SpecError(f"hardware.nvme.capacity_gb: {self.nvme.capacity_gb} GiB cannot "
                             f"hold the model's experts ({need:.2f} GiB)")
 
-    def active(self, system, model, trace) -> bool:
+    def active(self, system, model) -> bool:
         handler = system.miss_handler
         self.check(model, system)
         return (handler is not None and handler.runs_on_cpu) or self.bounded(model)
 
-    def host_tier(self, model, trace, ctx, backend) -> HostTier:
+    def host_tier(self, model, ctx) -> HostTier:
+        """The run's DRAM tier (inputs as `check` accepts them)."""
         evictor = self.evictor
         if evictor is None:
             evictor = LRUEvictor()
@@ -131,6 +132,9 @@ class HostCandidates:
 
 
 class HostTier:
+    """Built by Tiers.host_tier from inputs Tiers.check accepted: bounded, DRAM holds at
+    least one expert and an NVMe tier holds the rest."""
+
     def __init__(self, host, nvme, expert_bytes: int, n_keys: int, evictor, ctx, link_gbps):
         self.expert_bytes, self.num_experts = expert_bytes, ctx.num_experts
         self.info = None  # the running iteration (IterationInfo), set by the layer step
@@ -145,12 +149,6 @@ class HostTier:
         self.link_chunk_ms = 0.0
         if not self.bounded:
             return
-        if self.capacity_slots < 1:
-            raise EngineError(f"hardware.host: {host.expert_capacity_bytes} bytes for experts "
-                              f"hold none ({expert_bytes} bytes each)")
-        if nvme is None:
-            raise EngineError("hardware.host holds fewer experts than the model has and no "
-                              "hardware.nvme is given for the rest (hardware/nvme=...)")
         self.nvme = NvmeLink(nvme, expert_bytes)
         self.link_chunk_ms = min(nvme.chunk_mb * 1e6, expert_bytes) / (link_gbps * 1e6)
         self.ready_ms = dict.fromkeys(range(self.capacity_slots), 0.0)

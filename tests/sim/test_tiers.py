@@ -96,11 +96,7 @@ def test_copy_waits_for_the_last_chunk_when_the_link_is_faster():
     # copy of a key read at 0 starts with the first chunk (0.75) and ends after the last
     # chunk lands (1.5) and is copied: 1.625, not 0.75 + 0.5.
     model = tiny_model(layers=1, experts=4, top_k=1)
-    trace = trace_from_routing(meta_for(model), [{
-        "id": "a", "prompt_len": 1, "output_len": 1, "arrival_ms": 0.0,
-        "routing": [[[[0]]]]}])
-    tier = Tiers(host(1), nvme(), None, EXPERT_BYTES / 0.5e6).host_tier(
-        model, trace, _ctx(model), None)
+    tier = Tiers(host(1), nvme(), None, EXPERT_BYTES / 0.5e6).host_tier(model, _ctx(model))
     tier.ready_ms.clear()  # start with DRAM empty
     assert tier.copy_times(3, 0.0, 0.0, 0.5, True) == (0.75, 1.625)
 
