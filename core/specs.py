@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, fields
 
+from core.gpu_specs import PeerSpec, check_gpus, peer_spec_from_dict
 from core.precision import is_lossy
 from core.spec_base import GIB, SpecError, check_keys, name_keys, positive
 from core.tier_specs import (
@@ -227,6 +228,10 @@ class HardwareSpec:
     link: str | None = None  # conf/hardware/link: the profile that set h2d_gbps / latency
     # ((expert bits, 1e9 parameters dequantised per s), ...) ascending by bits
     dequant_gparams_per_s: tuple[tuple[int, float], ...] = ()
+    # Several GPUs of this kind (core/gpu_specs.py, docs/gpus.md): one unless a peer link
+    # profile (conf/hardware/peer) is chosen, which sets 2
+    num_gpus: int = 1
+    peer: PeerSpec | None = None
 
     @property
     def gpu_mem_bytes(self) -> int:
@@ -243,7 +248,7 @@ class HardwareSpec:
 
 _HW_ZERO_OK = {"h2d_latency_us", "layer_overhead_us", "expert_overhead_us",
                "iteration_overhead_us", "runtime_reserve_gb"}
-_HW_OPTIONAL = {"host", "nvme", "link", "dequant_gparams_per_s"}
+_HW_OPTIONAL = {"host", "nvme", "link", "dequant_gparams_per_s", "num_gpus", "peer"}
 
 
 def hardware_spec_from_dict(data: dict, where: str = "hardware") -> HardwareSpec:
@@ -259,6 +264,9 @@ def hardware_spec_from_dict(data: dict, where: str = "hardware") -> HardwareSpec
         data["nvme"] = nvme_spec_from_dict(data["nvme"], f"{where}.nvme")
     if data.get("link") is not None:
         name_keys(where, data, ("link",))
+    if data.get("peer") is not None:
+        data["peer"] = peer_spec_from_dict(data["peer"], f"{where}.peer")
+    data["num_gpus"] = check_gpus(data.get("num_gpus", 1), data.get("peer"), where)
     data["dequant_gparams_per_s"] = dequant_table(data.get("dequant_gparams_per_s"),
                                                   f"{where}.dequant_gparams_per_s")
     return HardwareSpec(**data)

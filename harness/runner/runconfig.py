@@ -25,7 +25,7 @@ from systems.base import POLICY_KERNELS
 
 GROUPS = ("model", "hardware", "system", "workload")
 # Groups a run may leave out (absent or null), each checked by its own builder.
-OPTIONAL_GROUPS = ("host_evictor",)
+OPTIONAL_GROUPS = ("host_evictor", "placement")
 # Groups that change how a run is reported, not what it computes (absent: none).
 REPORTING_GROUPS = ("logger",)
 

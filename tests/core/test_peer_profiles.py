@@ -1,11 +1,11 @@
 """The GPU-to-GPU peer-link profiles under conf/hardware/peer against their schema and sources.
 
-Groundwork for a multi-GPU engine (`hardware.num_gpus` with a `hardware.peer` profile): no
-engine code reads these yet, so only the files are checked. Each must carry exactly the
-schema's keys, name itself after its stem, tag every number [R]/[C]/[G] on its own line (the
-raw text is read, as a reader of the yaml sees it), name a known topology, stay within a sane
-range, and match the headline numbers below, hand-copied from the sources its comments name,
-so that a changed value must change this test too. Record:
+Each file lands at `hardware` (`# @package hardware`): `num_gpus: 2` and the link under
+`peer` (docs/gpus.md). Each must carry exactly the schema's keys, parse as a PeerSpec, name
+itself after its stem, tag every number [R]/[C]/[G] on its own line (the raw text is read,
+as a reader of the yaml sees it), name a known topology, stay within a sane range, and match
+the headline numbers below, hand-copied from the sources its comments name, so that a
+changed value must change this test too. Record:
 docs/decisions/2026-12-06-peer-link-profiles.md.
 """
 
@@ -17,6 +17,8 @@ from pathlib import Path
 import pytest
 import yaml
 from helpers import ROOT
+
+from core.gpu_specs import peer_spec_from_dict
 
 PEER = ROOT / "conf" / "hardware" / "peer"
 KEYS = {"name", "display_name", "peer_gbps", "peer_latency_us", "topology"}
@@ -34,7 +36,7 @@ NOMINAL = {"nvlink_3090_bridge": 56.25, "pcie4_p2p": 32.0, "nvswitch_h100": 450.
            "nvlink_a100": 300.0}
 
 TAG = re.compile(r"#.*\[[RCG]\]")
-NUMBER = re.compile(r"^(\w+):\s*(-?[\d.]+(?:e-?\d+)?)\s*(#.*)?$")
+NUMBER = re.compile(r"^  (\w+):\s*(-?[\d.]+(?:e-?\d+)?)\s*(#.*)?$")
 
 
 def _files() -> list[Path]:
@@ -44,7 +46,9 @@ def _files() -> list[Path]:
 def _load(path: Path) -> dict:
     data = yaml.safe_load(path.read_text())
     assert isinstance(data, dict), f"{path} is not a mapping"
-    return data
+    assert path.read_text().startswith("# @package hardware\n")
+    assert set(data) == {"num_gpus", "peer"} and data["num_gpus"] == 2
+    return data["peer"]
 
 
 def test_profile_files_match_the_expected_set():
@@ -61,6 +65,7 @@ def test_keys_equal_the_schema_and_name_is_the_stem(path):
     for key in ("peer_gbps", "peer_latency_us"):
         value = data[key]
         assert isinstance(value, int | float) and not isinstance(value, bool), key
+    assert peer_spec_from_dict(data, "hardware.peer").name == path.stem
 
 
 @pytest.mark.parametrize("path", _files(), ids=lambda p: p.stem)
