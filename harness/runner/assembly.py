@@ -33,12 +33,16 @@ from harness.runner.results import canonical_json
 from harness.runner.run_types import EngineSettings, Run, RunMemo
 from harness.runner.runconfig import check_run_config
 from harness.runner.trace_cache import cached_trace
+from harness.sim import cores
 from harness.sim.backend_sim import SimBackend, dequant_ms
+from harness.sim.copies import EngineError
 from harness.sim.engine import Engine
+from harness.sim.gpus import Gpus
 from harness.sim.memory import MemoryPlan, plan_memory
 from harness.sim.tiers import Tiers
 from systems.base import System
 from systems.evictors.base import Evictor
+from systems.placements.base import Placement
 
 
 def context_length(trace: Trace) -> int:
@@ -79,7 +83,15 @@ def assemble(cfg: dict, memo: RunMemo | None = None, *, model: ModelSpec | None 
     system = system or build_system(cfg)
     dequant_ms(model, hw)  # quantized experts need the profile's rate for their width
     check_fits(cfg, model, system)  # a run that cannot fit is refused before its trace exists
-    tiers_of(cfg, hw).check(model, system)  # host, NVMe and CPU-run misses (docs/hardware.md)
+    tiers = tiers_of(cfg, hw)
+    tiers.check(model, system)  # host, NVMe and CPU-run misses (docs/hardware.md)
+    gpus = gpus_of(cfg, hw)  # several GPUs and the placement (docs/gpus.md)
+    tiered = tiers.active(system, model)
+    gpus.check(model, tiered=tiered)
+    try:  # the compiled core runs neither: refused here, before anything is written
+        cores.resolve(cfg.get("engine_core", "auto"), None, tiered, gpus.active())
+    except EngineError as exc:
+        raise SpecError(str(exc)) from exc
     fields = None if all_fields else system.uses_fields
     trace = check_shape(load_routing(cfg, model, "measure", fields=fields, memo=memo), model)
     settings = EngineSettings.of(cfg)
@@ -87,7 +99,9 @@ def assemble(cfg: dict, memo: RunMemo | None = None, *, model: ModelSpec | None 
     planned = time.perf_counter()
     oom = oom_reason(model, hw, plan, system)
     calib = None
-    if oom is None and system.needs_calibration():
+    placement = gpus.placement
+    if oom is None and (system.needs_calibration()
+                        or (placement is not None and placement.needs_calibration())):
         calib = check_shape(load_routing(cfg, model, "calibration", cfg["calibration_requests"],
                                          fields=fields, memo=memo), model)
     return Run(cfg=cfg, run_dir=run_dir, model=model, hw=hw, system=system, trace=trace,
@@ -103,6 +117,18 @@ def tiers_of(cfg: dict, hw: HardwareSpec) -> Tiers:
     return Tiers(hw.host, hw.nvme, evictor, hw.h2d_gbps)
 
 
+def gpus_of(cfg: dict, hw: HardwareSpec, calibration: Trace | None = None) -> Gpus:
+    """The run's GPUs: the profile's count and peer link, a fresh placement (config group
+    placement; absent: none) fitted to `calibration` when it ranks experts, and a builder of
+    each further GPU's system."""
+    node = cfg.get("placement")
+    placement = None if node is None else build_target(node, "placement", Placement)
+    if placement is not None and calibration is not None and placement.needs_calibration():
+        placement.fit(calibration)
+    return Gpus(hw.num_gpus, hw.peer, placement, hw.h2d_gbps, hw.h2d_latency_us,
+                make_system=lambda: build_system(cfg))
+
+
 def build_engine(run: Run, system: System | None = None) -> Engine:
     """The engine of the run, which binds the system (the run's own unless given): a knob out
     of range for this model or budget is an input error (exit 2, nothing written)."""
@@ -111,7 +137,8 @@ def build_engine(run: Run, system: System | None = None) -> Engine:
         return Engine(run.model, SimBackend(run.model, run.hw), run.trace,
                       run.system if system is None else system, run.plan.expert_cache_bytes,
                       s.max_batch, progress=s.progress, time_policy=s.time_policy, core=s.core,
-                      tiers=tiers_of(run.cfg, run.hw))
+                      tiers=tiers_of(run.cfg, run.hw),
+                      gpus=gpus_of(run.cfg, run.hw, run.calibration))
     except KnobError as exc:
         raise SpecError(f"system.{exc}") from exc
 

@@ -71,7 +71,9 @@ def _simulate(run: Run, engine, result: Result) -> tuple[dict, dict]:
     times = {"warmup_s": 0.0}
     if run.calibration is not None:
         t_warm = time.perf_counter()
-        run.system.warmup(run.calibration)
+        for system in engine.systems:  # one per GPU (harness/sim/step_gpus.py)
+            if system.needs_calibration():
+                system.warmup(run.calibration)
         times["warmup_s"] = time.perf_counter() - t_warm
     # Metrics of the trace alone before this run, so that their transient arrays (the floor's
     # replay, freed with its engine's cycles; the guesses' rows) are not held beside this
@@ -96,6 +98,9 @@ def _simulate(run: Run, engine, result: Result) -> tuple[dict, dict]:
     tier = engine.tier_metrics()  # only runs with memory tiers or CPU-run misses have them
     if tier is not None:
         m.update(tier)
+    gpus = engine.gpu_metrics()  # only runs with several GPUs or a placement have them
+    if gpus is not None:
+        m.update(gpus)
     result.metrics = m
     # Diagnostics that are not per-access facts (not in the parquet files).
     result.engine = {"prefetches_dropped": int(rec.prefetch_dropped), "core": engine.core,

@@ -54,17 +54,23 @@ class CopyEngine:
                 return False
         else:
             self._evict(victim, key, issue)
+        start, ready = self._times(key, kind, issue, start)
+        cache.reserve(key, ready, self.rec.transfer(key, kind, proposed, issue, start, ready))
+        if self._load_fn is not None:
+            self._load_fn(key, kind)
+        if self._on_load is not None:
+            self._on_load(key, kind == DEMAND, issue)
+        return True
+
+    def _times(self, key: int, kind: int, issue: float, start: float) -> tuple[float, float]:
+        """(start, ready) of the copy of `key` issued at `issue` on a link free at `start`;
+        the link is busy until it is ready."""
         if self.tier is None:
             ready = start + self.copy_ms
         else:
             start, ready = self.tier.copy_times(key, issue, start, self.copy_ms, kind == DEMAND)
-        cache.reserve(key, ready, self.rec.transfer(key, kind, proposed, issue, start, ready))
-        if self._load_fn is not None:
-            self._load_fn(key, kind)
         self.copy_free_ms = ready
-        if self._on_load is not None:
-            self._on_load(key, kind == DEMAND, issue)
-        return True
+        return start, ready
 
     def _evict(self, victim: int, incoming: int, now: float) -> None:
         try:

@@ -33,20 +33,24 @@ def compiled_available() -> bool:
     return COMPILED_ERROR is None
 
 
-def resolve(core: str, backend, tiered: bool = False) -> str:
+def resolve(core: str, backend, tiered: bool = False, several_gpus: bool = False) -> str:
     """'compiled' or 'python' for `core` (one of CORES) with this backend; `tiered`: the run
-    has memory tiers or CPU-run misses (docs/hardware.md), which only the python core runs."""
+    has memory tiers or CPU-run misses (docs/hardware.md), `several_gpus` several GPUs or a
+    placement (docs/gpus.md), which only the python core runs."""
     if core not in CORES:
         raise EngineError(f"engine_core: must be one of {', '.join(CORES)}, got {core!r}")
     moves_weights = any(getattr(backend, name, None) is not None
                         for name in ("load_expert", "evict_expert"))
     if core == "auto":
         return ("compiled" if compiled_available() and not moves_weights and not tiered
-                else "python")
+                and not several_gpus else "python")
     if core == "compiled":
         if tiered:
             raise EngineError("engine_core: 'compiled' has no memory tiers or CPU-run misses; "
                               "this run needs 'python' (or auto)")
+        if several_gpus:
+            raise EngineError("engine_core: 'compiled' runs one GPU; several GPUs or a "
+                              "placement need 'python' (or auto)")
         if not compiled_available():
             raise EngineError(f"engine_core: 'compiled' is not built ({COMPILED_ERROR}); "
                               "reinstall with a C++ compiler (pip install -e .) or use "

@@ -26,9 +26,12 @@ from core.blocks import BlockIndex
 from core.schedule import Scheduler
 from core.view import IterationInfo, RequestInfo, RoutingView, SystemContext
 from harness.sim import cores
+from harness.sim.cache import ExpertCache
 from harness.sim.copies import EngineError
+from harness.sim.gpus import Gpus
 from harness.sim.hooks import Hooks
 from harness.sim.recorder import Recorder
+from harness.sim.step_gpus import GpuGroup, MultiGpuStep
 from harness.sim.tiers import Tiers
 from systems.base import System
 
@@ -38,7 +41,7 @@ __all__ = ["Engine", "EngineError"]
 class Engine:
     def __init__(self, model, backend, trace, system: System, capacity_bytes: int,
                  max_batch: int = 1, progress: bool = False, time_policy: bool = False,
-                 core: str = "auto", tiers: Tiers | None = None):
+                 core: str = "auto", tiers: Tiers | None = None, gpus: Gpus | None = None):
         if trace.num_layers != model.num_moe_layers or trace.num_experts != model.num_experts:
             raise EngineError(f"trace shape (L={trace.num_layers}, E={trace.num_experts}) does "
                               f"not match model {model.name} (L={model.num_moe_layers}, "
@@ -48,8 +51,13 @@ class Engine:
         self.E, self.L = model.num_experts, model.num_moe_layers
         # memory tiers or CPU-run misses (docs/hardware.md): None unless the run has them
         tiers = tiers if tiers is not None and tiers.active(system, model) else None
+        # several GPUs or a placement (docs/gpus.md): None unless the run has them
+        gpus = gpus if gpus is not None and gpus.active() else None
+        if gpus is not None:
+            gpus.check(model, tiered=tiers is not None)
         # compiled or python (harness/sim/cores.py): the same results, another speed
-        self.core = cores.resolve(core, backend, tiered=tiers is not None)
+        self.core = cores.resolve(core, backend, tiered=tiers is not None,
+                                  several_gpus=gpus is not None)
         self.cache, self.rec = cores.make_state(self.core, capacity_bytes, model.expert_bytes,
                                                 self.E * self.L)
         if self.cache.capacity_slots < 1:
@@ -76,9 +84,40 @@ class Engine:
         if self.core == "compiled":  # at most one access per union entry, one row per block
             self.rec.reserve(len(self.index.ids_array), len(self.index.bounds_array) - 1)
         self.tier = None if tiers is None else tiers.host_tier(model, ctx)
+        self.group = None
+        if gpus is not None:
+            self._several_gpus(gpus, ctx, capacity_bytes, backend, time_policy)
+            return
         self.copies, self.step = cores.make_step(self.core, self.index, RoutingView(self.index),
                                                  self.hooks, self.cache, self.rec, backend,
                                                  self.E, self.tier, system.miss_handler)
+
+    def _several_gpus(self, gpus: Gpus, ctx: SystemContext, capacity_bytes: int, backend,
+                      time_policy: bool) -> None:
+        """One system, cache and copy engine per GPU (harness/sim/step_gpus.py); the group
+        stands where the single GPU's hooks, cache and copy engine stand."""
+        systems = [self.system]
+        for _ in range(1, gpus.num_gpus):
+            systems.append(gpus.make_system())
+            systems[-1].bind(ctx)
+        gpus.placement.bind(gpus.num_gpus, self.L, self.E)
+        caches = [self.cache] + [ExpertCache(capacity_bytes, self.model.expert_bytes)
+                                 for _ in systems[1:]]
+        view = RoutingView(self.index)
+        self.group = GpuGroup(gpus, systems, caches, self.rec, backend, self.model,
+                              self.index, view, time_policy)
+        self.hooks = self.copies = self.cache = self.group
+        self.step = MultiGpuStep(self.group, self.index, view, self.rec, self.E)
+
+    @property
+    def systems(self) -> list[System]:
+        """The system of each GPU (one GPU: the run's system)."""
+        return [self.system] if self.group is None else list(self.group.systems)
+
+    def gpu_metrics(self) -> dict | None:
+        """Bytes per link and peer fetches (docs/gpus.md); None on one GPU without a
+        placement."""
+        return None if self.group is None else self.group.metrics()
 
     def tier_metrics(self) -> dict | None:
         """The host tier's and the CPU's counts (docs/hardware.md); None without tiers."""
@@ -99,6 +138,8 @@ class Engine:
         """Replay the trace; with a driver, run each iteration for real (docs/real-backend.md)."""
         tr = self.trace
         if driver is not None:
+            if self.group is not None:
+                raise EngineError("live runs have one GPU (hardware.num_gpus 1, no placement)")
             if self.core != "python":
                 raise EngineError("live runs need engine_core 'python' (the driver's "
                                   "executor runs inside the python layer step)")
@@ -106,7 +147,9 @@ class Engine:
                 raise EngineError("live runs support max_batch = 1 only")
             self._driver, self.step.executor = driver, driver.executor
         # serving starts after the preloads
-        now, index = self.copies.preload(self.system.initial_residents()), 0
+        now = (self.copies.preload(self.system.initial_residents()) if self.group is None
+               else self.group.preload_all())
+        index = 0
         sched = Scheduler(tr.arrival_ms, tr.output_len, self.max_batch)
         bar = _progress(tr.num_requests, self.system.name, self.progress)
         while not sched.done():

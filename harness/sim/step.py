@@ -44,20 +44,26 @@ class LayerStep:
         proposal = self._propose(now) if copies.asks else None
         if proposal is not None:
             copies.set_queue(proposal, now)
-        base, first_owner = layer * self.E, members[0][0]
+        now = self.run_experts(experts, counts, owner, members[0][0], layer, now)
+        self.rec.block(info.index, layer)
+        return now
+
+    def run_experts(self, experts, counts, owner, first_owner: int, layer: int,
+                    now: float) -> float:
+        """Run `experts` (ascending ids, `counts` tokens each; `owner`: expert -> its first
+        request, None: every one is `first_owner`'s) of MoE layer `layer` from `now`;
+        returns when compute is free."""
+        copies, base = self.copies, layer * self.E
         order, late, missing = self._split(experts, counts, base, now)
         if missing is None and late is None and not copies.queue:
             # Every expert is ready and nothing can be copied meanwhile: run back to back.
-            now = self.executor.run_ready(experts, counts, base, owner, first_owner, now,
-                                          self.rec, self.cache.transfer_of)
-        else:
-            deferred = self._stage(order, late, missing, base, now)
-            # The layer's demand fetches are committed first; queued prefetches start behind.
-            if copies.queue:
-                copies.advance(now)
-            now = self._run(order, deferred, base, owner, first_owner, now, layer)
-        self.rec.block(info.index, layer)
-        return now
+            return self.executor.run_ready(experts, counts, base, owner, first_owner, now,
+                                           self.rec, self.cache.transfer_of)
+        deferred = self._stage(order, late, missing, base, now)
+        # The layer's demand fetches are committed first; queued prefetches start behind.
+        if copies.queue:
+            copies.advance(now)
+        return self._run(order, deferred, base, owner, first_owner, now, layer)
 
     def _split(self, experts, counts, base: int, now: float):
         """(ready residents [(e, c, False)], in flight [(ready ms, e, c)] or None,

@@ -1,0 +1,64 @@
+"""One GPU's copy engine among several (docs/gpus.md): the copy engine of harness/sim/
+copies.py on this GPU's own host link, with three changes:
+- a copy of an expert that a peer GPU holds (its copy finished) comes over the peer link,
+  from a directly linked peer first, then the lowest id; the host link stays free;
+- a preload of an expert a lower GPU preloads too comes from that GPU once its copy is in;
+- the system's prefetch proposal keeps only the experts this GPU may hold and would run for
+  the running requests (the placement's `runs_on`).
+The source's copy is not pinned while a peer reads it (docs/gpus.md, "Not modelled").
+"""
+
+from __future__ import annotations
+
+from harness.sim.copies import CopyEngine, EngineError
+from harness.sim.recorder import PRELOAD
+
+
+class GpuCopyEngine(CopyEngine):
+    def __init__(self, hooks, cache, rec, backend, n_keys: int, gpu: int, group):
+        super().__init__(hooks, cache, rec, backend, n_keys)
+        self.gpu, self.group = gpu, group  # group: harness/sim/step_gpus.py GpuGroup
+        self.expert_bytes = cache.expert_bytes
+        self.host_copies = self.peer_copies = 0
+
+    def _times(self, key: int, kind: int, issue: float, start: float) -> tuple[float, float]:
+        src = self.group.peer_source(key, self.gpu, issue)
+        if src is None:
+            self.host_copies += 1
+            return super()._times(key, kind, issue, start)
+        self.peer_copies += 1
+        return self.group.links.send(src, self.gpu, self.expert_bytes, issue)
+
+    def set_queue(self, proposal, now: float) -> None:
+        super().set_queue(proposal, now)
+        if self.queue:
+            runs_here = self.group.runs_here
+            self.queue = type(self.queue)(k for k in self.queue if runs_here(k, self.gpu))
+
+    def preload(self, keys) -> float:
+        """This GPU's share of its system's preloads (the experts it may hold), back to back
+        on its host link from 0, or from a lower GPU that preloads the same expert."""
+        keys = list(dict.fromkeys(int(k) for k in keys))
+        bad = [k for k in keys if not 0 <= k < self.n_keys][:5]
+        if bad:
+            raise EngineError(f"system {self.system.name} preloads invalid keys {bad}")
+        keys = [k for k in keys if self.gpu in self.group.placement.owners[k]]
+        if len(keys) > self.cache.capacity_slots:
+            raise EngineError(f"system {self.system.name} preloads {len(keys)} experts on GPU "
+                              f"{self.gpu}; its cache holds {self.cache.capacity_slots}")
+        last = 0.0
+        for key in keys:
+            src = self.group.preloaded_source(key, self.gpu)
+            if src is None:
+                start = self.copy_free_ms
+                ready = self.copy_free_ms = start + self.copy_ms
+                self.host_copies += 1
+            else:
+                peer, peer_ready = src
+                start, ready = self.group.links.send(peer, self.gpu, self.expert_bytes,
+                                                     peer_ready)
+                self.peer_copies += 1
+            self.cache.reserve(key, ready, self.rec.transfer(key, PRELOAD, 0.0, start, start,
+                                                             ready))
+            last = max(last, ready)
+        return last

@@ -1,0 +1,89 @@
+"""Several GPUs: the run's GPU count, peer link and placement, and the links between GPUs.
+
+The contract is docs/gpus.md. In short, with `hardware.num_gpus` = N and a placement
+(systems/placements/): each GPU has its own expert cache of the memory plan's size, its own
+copy engine on its own host link and its own instance of the system (harness/sim/
+step_gpus.py); request r's tokens live on GPU r % N; an expert runs on the GPU the placement
+names and a token routed to it from another GPU costs a message there and one back (the
+all-to-all); a miss is copied from a peer GPU that holds the expert before the host
+(harness/sim/copies_gpu.py). One GPU and no placement is the single-GPU engine, unchanged.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from core.knobs import KnobError
+from core.spec_base import SpecError
+
+
+@dataclass
+class Gpus:
+    """A run's GPUs as configured: `num_gpus`, the peer link (PeerSpec or None), the
+    placement (a Placement or None), the host link (1e9 B/s, us: the path between GPUs
+    without a direct peer link) and `make_system()`, a fresh system for each GPU after the
+    first (the run's own system is the first GPU's)."""
+
+    num_gpus: int
+    peer: object
+    placement: object
+    host_gbps: float
+    host_latency_us: float
+    make_system: Callable | None = None
+
+    def active(self) -> bool:
+        return self.num_gpus > 1 or self.placement is not None
+
+    def check(self, model, tiered: bool) -> None:
+        """Refuse what the multi-GPU engine cannot run (SpecError naming the key)."""
+        if not self.active():
+            return
+        if self.placement is None:
+            raise SpecError(f"placement: {self.num_gpus} GPUs need a placement of the experts "
+                            "(placement=shard_expert, shard_layer or replicate_hot)")
+        if tiered:
+            raise SpecError("hardware.num_gpus: several GPUs with bounded host memory, an "
+                            "NVMe tier or CPU-run misses are not modelled (docs/gpus.md)")
+        try:
+            self.placement.check(self.num_gpus, model.num_moe_layers, model.num_experts)
+        except KnobError as exc:
+            raise SpecError(str(exc)) from exc
+
+    def links(self) -> PeerLinks:
+        return PeerLinks(self.peer, self.num_gpus, self.host_gbps, self.host_latency_us)
+
+
+class PeerLinks:
+    """Each GPU's peer port, one direction each way: a message from a to b waits for a's send
+    side and b's receive side, pays the link's latency and its bytes at the link's rate.
+    Directly linked GPUs use the peer link; the others (topology `pairs`) go through host
+    memory: two copies' latency at the host link's rate. `bytes[a][b]` sums what a sent b."""
+
+    def __init__(self, peer, num_gpus: int, host_gbps: float, host_latency_us: float):
+        self.peer, self.n = peer, num_gpus
+        self.send_free_ms = [0.0] * num_gpus
+        self.recv_free_ms = [0.0] * num_gpus
+        self.bytes = [[0] * num_gpus for _ in range(num_gpus)]
+        self.messages = 0
+        direct = peer is not None
+        self._rate = {}  # (a, b) -> (latency ms, bytes per ms)
+        for a in range(num_gpus):
+            for b in range(num_gpus):
+                if direct and peer.direct(a, b):
+                    self._rate[a, b] = (peer.peer_latency_us / 1e3, peer.peer_gbps * 1e6)
+                else:
+                    self._rate[a, b] = (2 * host_latency_us / 1e3, host_gbps * 1e6)
+
+    def direct(self, a: int, b: int) -> bool:
+        return self.peer is not None and self.peer.direct(a, b)
+
+    def send(self, a: int, b: int, nbytes: int, t: float) -> tuple[float, float]:
+        """(start, arrival) ms of `nbytes` from GPU a to GPU b, ready to go at t."""
+        latency_ms, per_ms = self._rate[a, b]
+        start = max(t, self.send_free_ms[a], self.recv_free_ms[b])
+        end = start + latency_ms + nbytes / per_ms
+        self.send_free_ms[a] = self.recv_free_ms[b] = end
+        self.bytes[a][b] += nbytes
+        self.messages += 1
+        return start, end
