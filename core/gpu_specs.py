@@ -53,7 +53,7 @@ def check_gpus(num_gpus, peer: PeerSpec | None, where: str) -> int:
     if n > 1 and peer is None:
         raise SpecError(f"{where}.num_gpus: {n} GPUs need a peer link between them; pick "
                         "hardware/peer=<profile> (conf/hardware/peer)")
-    if peer is not None and peer.topology == "pairs" and n % 2:
+    if peer is not None and peer.topology == "pairs" and n > 1 and n % 2:
         raise SpecError(f"{where}.num_gpus: {peer.name} joins GPUs in bridged pairs; "
                         f"{n} GPUs leave one unpaired")
     return n
