@@ -104,6 +104,17 @@ class AccessSequence:
         i = bisect_left(occ, pos)
         return occ[i] if i < len(occ) else NEVER
 
+    def restricted(self, mask: np.ndarray) -> AccessSequence:
+        """The accesses where `mask` (bool [n]) holds, every block kept, some perhaps empty:
+        one GPU's share of the sequence when several run it (docs/gpus.md)."""
+        kept_before = np.concatenate(([0], np.cumsum(mask)))  # [n + 1]
+        return AccessSequence(self.keys_array[mask], kept_before[self.block_starts_array[:-1]],
+                              self.block_iteration, self.block_layer, self.iteration_kinds)
+
+    def position_iterations(self) -> np.ndarray:
+        """The iteration of each position, int64 [n]."""
+        return np.repeat(self.block_iteration, np.diff(self.block_starts_array))
+
     def blocks(self):
         """(block, iteration, layer, keys) in order."""
         iterations, layers = self.block_iteration.tolist(), self.block_layer.tolist()
@@ -111,9 +122,16 @@ class AccessSequence:
             yield b, iterations[b], layers[b], self.block_keys(b)
 
 
-def access_sequence(trace, max_batch: int) -> AccessSequence:
+def access_sequence(trace, max_batch: int, keep=None) -> AccessSequence:
     """The trace's access sequence at `max_batch` (ValueError when timing changes the
-    schedule, so no offline sequence is the engine's)."""
+    schedule, so no offline sequence is the engine's). `keep(keys, iterations) -> bool mask`
+    (SystemContext.gpu_accesses): only the accesses one of several GPUs runs."""
+    seq = _full_sequence(trace, max_batch)
+    return seq if keep is None else seq.restricted(keep(seq.keys_array,
+                                                        seq.position_iterations()))
+
+
+def _full_sequence(trace, max_batch: int) -> AccessSequence:
     if not schedule_is_timing_independent(trace.arrival_ms, max_batch):
         raise ValueError("the oracle family needs a schedule that does not depend on timing: "
                          "max_batch = 1 or every request arriving at the same time")

@@ -22,6 +22,9 @@ class SystemContext:
     moe_layer_stacks: tuple[str, ...]
     trace_fields: tuple[str, ...]  # optional trace fields present
     trace: object | None = None  # full Trace, only for systems with oracle = True
+    # Several GPUs (docs/gpus.md): keep(keys, iterations) -> bool mask of the access
+    # sequence's accesses this system's GPU runs, for the oracle family; None: every access
+    gpu_accesses: object | None = None
 
     def key(self, layer: int, expert: int) -> int:
         return layer * self.num_experts + expert

@@ -123,10 +123,12 @@ def gpus_of(cfg: dict, hw: HardwareSpec, calibration: Trace | None = None) -> Gp
     each further GPU's system."""
     node = cfg.get("placement")
     placement = None if node is None else build_target(node, "placement", Placement)
-    if placement is not None and calibration is not None and placement.needs_calibration():
+    fitted = placement is not None and calibration is not None and placement.needs_calibration()
+    if fitted:
         placement.fit(calibration)
     return Gpus(hw.num_gpus, hw.peer, placement, hw.h2d_gbps, hw.h2d_latency_us,
-                make_system=lambda: build_system(cfg))
+                make_system=lambda: build_system(cfg),
+                calibration_sha=calibration.content_sha256() if fitted else None)
 
 
 def build_engine(run: Run, system: System | None = None) -> Engine:

@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 import numpy as np
 
 from core.trace import Trace
-from harness.runner.assembly import assemble, build_engine, load_routing
+from harness.runner.assembly import assemble, build_engine, gpus_of, load_routing
 from harness.runner.floor import compute_floor_ms, headroom
 from harness.runner.provenance import code_version, environment, run_id
 from harness.runner.results import RESULT_SCHEMA_VERSION, config_hash
@@ -79,7 +79,7 @@ def _simulate(run: Run, engine, result: Result) -> tuple[dict, dict]:
     # replay, freed with its engine's cycles; the guesses' rows) are not held beside this
     # run's filled recorder.
     floor_ms = compute_floor_ms(run.model, run.hw, run.trace, run.engine.max_batch,
-                                run.memo.floors)
+                                run.memo.floors, gpus_of(run.cfg, run.hw, run.calibration))
     gc.collect()
     recall = spec_recall(run.trace) if "spec_topk" in run.system.uses_fields else None
     t_run = time.perf_counter()

@@ -4,7 +4,8 @@ copies.py on this GPU's own host link, with three changes:
   from a directly linked peer first, then the lowest id; the host link stays free;
 - a preload of an expert a lower GPU preloads too comes from that GPU once its copy is in;
 - the system's prefetch proposal keeps only the experts this GPU may hold and would run for
-  the running requests (the placement's `runs_on`).
+  the running requests (the placement's `runs_on`); a clairvoyant system's (oracle: it
+  plans on its GPU's own accesses) keeps every expert the GPU may hold.
 The source's copy is not pinned while a peer reads it (docs/gpus.md, "Not modelled").
 """
 
@@ -32,8 +33,9 @@ class GpuCopyEngine(CopyEngine):
     def set_queue(self, proposal, now: float) -> None:
         super().set_queue(proposal, now)
         if self.queue:
-            runs_here = self.group.runs_here
-            self.queue = type(self.queue)(k for k in self.queue if runs_here(k, self.gpu))
+            # a clairvoyant system proposes its own GPU's future: keep what the GPU may hold
+            keep = self.group.may_hold if self.system.oracle else self.group.runs_here
+            self.queue = type(self.queue)(k for k in self.queue if keep(k, self.gpu))
 
     def preload(self, keys) -> float:
         """This GPU's share of its system's preloads (the experts it may hold), back to back
@@ -42,7 +44,7 @@ class GpuCopyEngine(CopyEngine):
         bad = [k for k in keys if not 0 <= k < self.n_keys][:5]
         if bad:
             raise EngineError(f"system {self.system.name} preloads invalid keys {bad}")
-        keys = [k for k in keys if self.gpu in self.group.placement.owners[k]]
+        keys = [k for k in keys if self.group.may_hold(k, self.gpu)]
         if len(keys) > self.cache.capacity_slots:
             raise EngineError(f"system {self.system.name} preloads {len(keys)} experts on GPU "
                               f"{self.gpu}; its cache holds {self.cache.capacity_slots}")

@@ -21,6 +21,7 @@ either way.
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 
 from core.blocks import BlockIndex
 from core.schedule import Scheduler
@@ -28,7 +29,7 @@ from core.view import IterationInfo, RequestInfo, RoutingView, SystemContext
 from harness.sim import cores
 from harness.sim.cache import ExpertCache
 from harness.sim.copies import EngineError
-from harness.sim.gpus import Gpus
+from harness.sim.gpus import GpuAccesses, Gpus
 from harness.sim.hooks import Hooks
 from harness.sim.recorder import Recorder
 from harness.sim.step_gpus import GpuGroup, MultiGpuStep
@@ -76,7 +77,9 @@ class Engine:
             trace_fields=tuple(f for f in ("weights", "probs", "spec_topk", "embeddings",
                                            "prompts") if f not in trace.missing_fields()),
             trace=trace if system.oracle else None)
-        system.bind(ctx)
+        if gpus is not None:  # each GPU's system plans on what its GPU runs (docs/gpus.md)
+            gpus.placement.bind(gpus.num_gpus, self.L, self.E)
+        system.bind(self._gpu_context(ctx, gpus, 0))
         self._bind_s = time.perf_counter() - t0
         # time_policy: each hook call is timed into policy_s (off: plain bound methods)
         self.hooks = Hooks(system, time_policy)
@@ -97,10 +100,9 @@ class Engine:
         """One system, cache and copy engine per GPU (harness/sim/step_gpus.py); the group
         stands where the single GPU's hooks, cache and copy engine stand."""
         systems = [self.system]
-        for _ in range(1, gpus.num_gpus):
+        for g in range(1, gpus.num_gpus):
             systems.append(gpus.make_system())
-            systems[-1].bind(ctx)
-        gpus.placement.bind(gpus.num_gpus, self.L, self.E)
+            systems[-1].bind(self._gpu_context(ctx, gpus, g))
         caches = [self.cache] + [ExpertCache(capacity_bytes, self.model.expert_bytes)
                                  for _ in systems[1:]]
         view = RoutingView(self.index)
@@ -108,6 +110,12 @@ class Engine:
                               self.index, view, time_policy)
         self.hooks = self.copies = self.cache = self.group
         self.step = MultiGpuStep(self.group, self.index, view, self.rec, self.E)
+
+    def _gpu_context(self, ctx: SystemContext, gpus: Gpus | None, gpu: int) -> SystemContext:
+        if gpus is None or ctx.trace is None:
+            return ctx
+        return replace(ctx, gpu_accesses=GpuAccesses(gpus.placement, self.trace,
+                                                     self.max_batch, gpu))
 
     @property
     def systems(self) -> list[System]:

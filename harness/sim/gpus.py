@@ -14,7 +14,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import numpy as np
+
 from core.knobs import KnobError
+from core.schedule import static_schedule
 from core.spec_base import SpecError
 
 
@@ -31,6 +34,7 @@ class Gpus:
     host_gbps: float
     host_latency_us: float
     make_system: Callable | None = None
+    calibration_sha: str | None = None  # the split a placement ranked experts by, if any
 
     def active(self) -> bool:
         return self.num_gpus > 1 or self.placement is not None
@@ -49,6 +53,11 @@ class Gpus:
             self.placement.check(self.num_gpus, model.num_moe_layers, model.num_experts)
         except KnobError as exc:
             raise SpecError(str(exc)) from exc
+
+    def floor_key(self) -> tuple:
+        """What a compute floor on these GPUs depends on (harness/runner/floor.py)."""
+        return (self.num_gpus, repr(self.peer), self.host_gbps, self.host_latency_us,
+                repr(sorted(self.placement.describe().items())), self.calibration_sha)
 
     def links(self) -> PeerLinks:
         return PeerLinks(self.peer, self.num_gpus, self.host_gbps, self.host_latency_us)
@@ -87,3 +96,24 @@ class PeerLinks:
         self.bytes[a][b] += nbytes
         self.messages += 1
         return start, end
+
+
+class GpuAccesses:
+    """`keep(keys, iterations)`: which accesses of the access sequence (core/access.py) GPU
+    `gpu` runs, for the oracle family's plans (SystemContext.gpu_accesses): a key with one
+    owner where that owner is `gpu`; a key every GPU may hold where `gpu` is the home of a
+    request of the access's iteration (with several requests in an iteration that is more
+    than the GPU runs: the sequence merges the requests' experts)."""
+
+    def __init__(self, placement, trace, max_batch: int, gpu: int):
+        self.placement, self.trace, self.max_batch, self.gpu = placement, trace, max_batch, gpu
+
+    def __call__(self, keys: np.ndarray, iterations: np.ndarray) -> np.ndarray:
+        p, gpu, tr = self.placement, self.gpu, self.trace
+        schedule = static_schedule(tr.arrival_ms, tr.output_len, self.max_batch)
+        home = np.zeros(len(schedule), dtype=bool)  # [I] gpu holds a member's tokens
+        for i, (_, members) in enumerate(schedule):
+            home[i] = any(p.home(r) == gpu for r, _ in members)
+        sole = np.array([o[0] if len(o) == 1 else -1 for o in p.owners], dtype=np.int64)
+        everywhere = np.array([len(o) == p.num_gpus for o in p.owners], dtype=bool)
+        return (sole[keys] == gpu) | (everywhere[keys] & (sole[keys] == -1) & home[iterations])

@@ -52,6 +52,9 @@ class GpuGroup:
         runs_on = self.placement.runs_on
         return any(runs_on(key, h) == gpu for h in self.homes)
 
+    def may_hold(self, key: int, gpu: int) -> bool:
+        return gpu in self.placement.owners[key]
+
     def peer_source(self, key: int, gpu: int, t: float) -> int | None:
         """A peer whose copy of `key` is in by `t`, or None."""
         for p in self._peers[gpu]:

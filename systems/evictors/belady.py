@@ -49,7 +49,7 @@ class BeladyEvictor(Evictor):
         super().bind(ctx)
         if ctx.trace is None:
             raise ValueError("belady reads the future: its system must be flagged oracle")
-        self.seq = access_sequence(ctx.trace, ctx.max_batch)
+        self.seq = access_sequence(ctx.trace, ctx.max_batch, ctx.gpu_accesses)
         self.end = 0  # first position after the current step
         self.step_pos: dict[int, int] = {}  # key of the current step -> its position
         self.window_end = NEVER + 1  # uses at or after it count as never

@@ -47,7 +47,7 @@ class Oracle(System):
 
     def bind(self, ctx):
         super().bind(ctx)
-        seq = access_sequence(ctx.trace, ctx.max_batch)
+        seq = access_sequence(ctx.trace, ctx.max_batch, ctx.gpu_accesses)
         self.preload, self.plan_key, self.plan_victim, victim_last = belady_plan_columns(
             seq.keys_array, seq.next_use_array, ctx.capacity_slots,
             load_kernels(self.policy_kernels))
