@@ -47,12 +47,22 @@ def _describe(result: dict, run_dir: str) -> str:
     lossy = results_label([result])  # weights below 16 bits (core/precision.py)
     head = (f"[SIMULATED, {routing}]{f' [{lossy}]' if lossy else ''} "
             f"{result['system']['name']} | {result['model']['name']} | "
-            f"{result['hardware']} | {inputs}: {result['status']}")
+            f"{_gpus(result)} | {inputs}: {result['status']}")
     if result["status"] != "valid":
         return f"{head} ({result['reason']})"
     return (f"{head}, TPOT mean {_num(m['tpot_ms']['mean'], '.1f')} ms, hit rate "
             f"{_num(m['hit_rate'], '.3f')}, stall {_num(m['gpu_stall_ms_per_token'], '.1f')} "
             f"ms/token -> {run_dir}")
+
+
+def _gpus(result: dict) -> str:
+    """The hardware, with the GPU count and placement of a run that has one (docs/gpus.md)."""
+    cfg = result.get("config") or {}
+    placement = cfg.get("placement")
+    if not placement:
+        return result["hardware"]
+    name = placement["_target_"].rsplit(".", 2)[-2]  # systems.placements.<name>.<Class>
+    return f"{(cfg.get('hardware') or {}).get('num_gpus', 1)}x {result['hardware']} ({name})"
 
 
 def _num(value, spec: str) -> str:
