@@ -97,7 +97,7 @@ def assemble(cfg: dict, memo: RunMemo | None = None, *, model: ModelSpec | None 
     settings = EngineSettings.of(cfg)
     plan = memory_plan(model, hw, trace, settings.max_batch, cfg.get("expert_cache_gb"))
     planned = time.perf_counter()
-    oom = oom_reason(model, hw, plan, system)
+    oom = oom_reason(model, hw, plan, system, gpus)
     calib = None
     placement = gpus.placement
     if oom is None and (system.needs_calibration()
@@ -145,15 +145,27 @@ def build_engine(run: Run, system: System | None = None) -> Engine:
         raise SpecError(f"system.{exc}") from exc
 
 
-def oom_reason(model, hw, plan: MemoryPlan, system: System) -> str | None:
+def oom_reason(model, hw, plan: MemoryPlan, system: System,
+               gpus: Gpus | None = None) -> str | None:
     if plan.available_bytes <= 0:
         return f"dense weights, KV cache and reserve need more than {hw.gpu_mem_gb} GiB"
     if plan.expert_cache_bytes < model.expert_bytes:
         return (f"the {plan.expert_cache_bytes / 2**30:.3f} GiB left for experts holds no "
                 f"expert ({model.expert_bytes} bytes each)")
-    if system.needs_all_experts and plan.expert_cache_bytes < model.total_expert_bytes:
+    if not system.needs_all_experts:
+        return None
+    if gpus is not None and gpus.active():  # each GPU holds the experts it may hold
+        need = model.expert_bytes * gpus.placement.most_keys(
+            gpus.num_gpus, model.num_moe_layers, model.num_experts,
+            plan.expert_cache_bytes // model.expert_bytes)
+        if plan.expert_cache_bytes < need:
+            return (f"the experts one GPU may hold under placement {gpus.placement.name} need "
+                    f"up to {need / 2**30:.2f} GiB; each GPU leaves "
+                    f"{plan.expert_cache_bytes / 2**30:.2f} GiB for them")
+    elif plan.expert_cache_bytes < model.total_expert_bytes:
         return (f"all experts need {model.total_expert_bytes / 2**30:.2f} GiB; the GPU leaves "
                 f"{plan.expert_cache_bytes / 2**30:.2f} GiB for them")
+    return None
     return None
 
 

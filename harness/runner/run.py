@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gc
 import time
+from dataclasses import replace
 from datetime import UTC, datetime
 
 import numpy as np
@@ -78,8 +79,10 @@ def _simulate(run: Run, engine, result: Result) -> tuple[dict, dict]:
     # Metrics of the trace alone before this run, so that their transient arrays (the floor's
     # replay, freed with its engine's cycles; the guesses' rows) are not held beside this
     # run's filled recorder.
+    gpus = replace(gpus_of(run.cfg, run.hw, run.calibration),
+                   placement_slots=run.plan.expert_cache_bytes // run.model.expert_bytes)
     floor_ms = compute_floor_ms(run.model, run.hw, run.trace, run.engine.max_batch,
-                                run.memo.floors, gpus_of(run.cfg, run.hw, run.calibration))
+                                run.memo.floors, gpus)
     gc.collect()
     recall = spec_recall(run.trace) if "spec_topk" in run.system.uses_fields else None
     t_run = time.perf_counter()
@@ -105,6 +108,8 @@ def _simulate(run: Run, engine, result: Result) -> tuple[dict, dict]:
     # Diagnostics that are not per-access facts (not in the parquet files).
     result.engine = {"prefetches_dropped": int(rec.prefetch_dropped), "core": engine.core,
                      "policy_kernels": run.system.policy_kernels}
+    if engine.group is not None:  # several GPUs or a placement: what the placement chose
+        result.engine["placement"] = engine.group.placement.describe()
     result.system = run.system.describe()
     return tables, times
 

@@ -1,7 +1,7 @@
 """One GPU's copy engine among several (docs/gpus.md): the copy engine of harness/sim/
 copies.py on this GPU's own host link, with three changes:
-- a copy of an expert that a peer GPU holds (its copy finished) comes over the peer link,
-  from a directly linked peer first, then the lowest id; the host link stays free;
+- a copy of an expert that a directly linked peer GPU holds (its copy finished) comes over
+  the peer link, from the lowest such id; the host link stays free;
 - a preload of an expert a lower GPU preloads too comes from that GPU once its copy is in;
 - the system's prefetch proposal keeps only the experts this GPU may hold and would run for
   the running requests (the placement's `runs_on`); a clairvoyant system's (oracle: it

@@ -78,7 +78,8 @@ class Engine:
                                            "prompts") if f not in trace.missing_fields()),
             trace=trace if system.oracle else None)
         if gpus is not None:  # each GPU's system plans on what its GPU runs (docs/gpus.md)
-            gpus.placement.bind(gpus.num_gpus, self.L, self.E)
+            gpus.placement.bind(gpus.num_gpus, self.L, self.E,
+                                gpus.placement_slots or self.cache.capacity_slots)
         system.bind(self._gpu_context(ctx, gpus, 0))
         self._bind_s = time.perf_counter() - t0
         # time_policy: each hook call is timed into policy_s (off: plain bound methods)

@@ -35,6 +35,9 @@ class Gpus:
     host_latency_us: float
     make_system: Callable | None = None
     calibration_sha: str | None = None  # the split a placement ranked experts by, if any
+    # one GPU's cache slots the placement sizes itself by (None: the engine's cache's; the
+    # compute floor's engine holds every expert, and passes the run's)
+    placement_slots: int | None = None
 
     def active(self) -> bool:
         return self.num_gpus > 1 or self.placement is not None
@@ -57,7 +60,8 @@ class Gpus:
     def floor_key(self) -> tuple:
         """What a compute floor on these GPUs depends on (harness/runner/floor.py)."""
         return (self.num_gpus, repr(self.peer), self.host_gbps, self.host_latency_us,
-                repr(sorted(self.placement.describe().items())), self.calibration_sha)
+                repr(sorted(self.placement.describe().items())), self.calibration_sha,
+                self.placement_slots)
 
     def links(self) -> PeerLinks:
         return PeerLinks(self.peer, self.num_gpus, self.host_gbps, self.host_latency_us)

@@ -41,9 +41,9 @@ class GpuGroup:
         self.hidden_bytes = model.hidden_size * model.dense_bits / 8  # one token's state
         self.a2a_bytes = 0
         n = len(systems)
-        # peers to copy from, directly linked ones first, then by id
-        self._peers = [sorted((p for p in range(n) if p != g),
-                              key=lambda p, g=g: (not self.links.direct(p, g), p))
+        # peers an expert may be copied from, by id: the directly linked ones (through host
+        # memory a copy would cost more than the host's own copy of the weights)
+        self._peers = [[p for p in range(n) if p != g and self.links.direct(p, g)]
                        for g in range(n)]
 
     # ---- the placement, as the copy engines ask it ------------------------------------------

@@ -31,8 +31,10 @@ class Placement:
     def check(self, num_gpus: int, num_layers: int, num_experts: int) -> None:
         """Refuse a GPU count this placement cannot use (KnobError naming the key)."""
 
-    def bind(self, num_gpus: int, num_layers: int, num_experts: int) -> None:
-        """Fix every key's owners (a tuple of GPU ids, ascending) for the run."""
+    def bind(self, num_gpus: int, num_layers: int, num_experts: int,
+             capacity_slots: int) -> None:
+        """Fix every key's owners (a tuple of GPU ids, ascending) for the run; one GPU's
+        cache holds `capacity_slots` experts."""
         self.check(num_gpus, num_layers, num_experts)
         self.num_gpus, self.num_experts = num_gpus, num_experts
         self.owners = [self.owners_of(layer, e, num_gpus, num_layers, num_experts)
@@ -41,6 +43,17 @@ class Placement:
     def owners_of(self, layer: int, expert: int, num_gpus: int, num_layers: int,
                   num_experts: int) -> tuple[int, ...]:
         raise NotImplementedError
+
+    def most_keys(self, num_gpus: int, num_layers: int, num_experts: int,
+                  capacity_slots: int) -> int:
+        """The most keys one GPU may hold (before `bind`): what a system that keeps every
+        expert resident needs a GPU's cache to hold."""
+        held = [0] * num_gpus
+        for layer in range(num_layers):
+            for e in range(num_experts):
+                for g in self.owners_of(layer, e, num_gpus, num_layers, num_experts):
+                    held[g] += 1
+        return max(held)
 
     def home(self, request: int) -> int:
         """The GPU that holds request `request`'s hidden states (and runs its dense part)."""

@@ -123,7 +123,7 @@ def test_a_gpus_share_of_the_access_sequence_keeps_every_block():
              "routing": [[[[1, 0]], [[2, 3]]]]}]
     trace = trace_from_routing(meta_for(model), reqs)
     placement = ShardExpert()
-    placement.bind(2, 2, 4)
+    placement.bind(2, 2, 4, capacity_slots=4)
     full = access_sequence(trace, 1)
     assert full.keys == [0, 2, 4, 5, 0, 1, 6, 7]
     mine = access_sequence(trace, 1, GpuAccesses(placement, trace, 1, 1))
