@@ -17,9 +17,9 @@ from core.precision import lossy_label
 # kind -> the config groups it lists (folders under conf/)
 KINDS = {
     "systems": ("system", "system/evictor", "system/prefetcher", "system/miss_handler",
-                "host_evictor"),
+                "host_evictor", "placement"),
     "models": ("model",),
-    "hardware": ("hardware", "hardware/host", "hardware/nvme", "hardware/link"),
+    "hardware": ("hardware", "hardware/host", "hardware/nvme", "hardware/link", "hardware/peer"),
     "prompts": ("prompts",),
     "arrivals": ("arrivals",),
     "experiments": ("experiment",),

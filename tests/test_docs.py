@@ -38,6 +38,8 @@ CONFIG_PAGES = {
     "hardware/host/*.yaml": "docs/hardware.md",
     "hardware/nvme/*.yaml": "docs/hardware.md",
     "hardware/link/*.yaml": "docs/hardware.md",
+    "hardware/peer/*.yaml": "docs/gpus.md",
+    "placement/*.yaml": "docs/gpus.md",
 }
 SKIPPED_KEYS = {"defaults", "_target_"}
 SKIPPED_NODES = {("config.yaml", "hydra")}
