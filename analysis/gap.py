@@ -196,6 +196,11 @@ def main(argv: list[str]) -> int:
                       "instead of loading: the decomposition compares loads of systems that "
                       "fetch every miss (docs/metrics.md, \"Gap to Belady\")", file=sys.stderr)
                 return 1
+            if cfg.get("placement") is not None:
+                print("moebench gap: the decomposition replays one GPU's cache; a run with a "
+                      "placement over several GPUs (docs/gpus.md) has one cache per GPU",
+                      file=sys.stderr)
+                return 1
             result = run_config(cfg)
         except (SpecError, TraceError) as exc:
             print(f"moebench gap: error: {exc}", file=sys.stderr)

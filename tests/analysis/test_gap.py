@@ -111,3 +111,10 @@ def test_cli_refuses_a_system_that_runs_misses_on_the_cpu(capsys):
     assert main([*TINY_RUN, "system=composed", "system/miss_handler=cost_based",
                  "hardware/host=ddr5_dual_channel"]) == 1
     assert "run on the host CPU instead of loading" in capsys.readouterr().err
+
+
+def test_cli_refuses_a_run_over_several_gpus(capsys):
+    # one cache per GPU: a one-cache replay would decompose something the run did not do
+    assert main([*TINY_RUN, "system=composed", "system/evictor=lfu", "placement=shard_expert",
+                 "hardware/peer=pcie4_p2p", "hardware.num_gpus=2"]) == 1
+    assert "one cache per GPU" in capsys.readouterr().err
