@@ -113,8 +113,10 @@ def test_every_experiment_at_one_seed_and_at_five():
     # + table1_q4: Table 1's 11 systems in its three arms = 33 (447 in all).
     # tiers runs its own 3 seeds: DeepSeek-V2-Lite 2 widths x 5 DRAM sizes x 2 systems,
     # Mixtral 4 x 2, 2 models x (3 handlers + 3 CPU-offload systems) x 3 links x 2 hosts,
-    # and MoE-Infinity's 4 hosts x 2 (the paper's DRAM, unbounded) x 2 systems = 116 per seed
-    assert (len(one), len(five)) == (447 + 116, 5 * 447 + 3 * 116)
+    # and MoE-Infinity's 4 hosts x 2 (the paper's DRAM, unbounded) x 2 systems = 116 per seed.
+    # gpus runs its own 3 seeds: 2 models x 4 systems x (one GPU + 3 placements x 3 counts)
+    # = 80 per seed
+    assert (len(one), len(five)) == (447 + 116 + 80, 5 * 447 + 3 * 116 + 3 * 80)
 
 
 def test_a_sweep_moebench_m_refuses_is_refused_before_anything():
@@ -154,6 +156,8 @@ def test_records_name_the_last_sweep_of_each_folder():
                                      "system.prefetcher"], 36)),
     ("fmoe_cache_limit", False, None, (["expert_cache_gb", "seed", "system.evictor",
                                         "system.prefetcher"], 180)),
+    # its own 3 seeds: 2 models x 4 systems x (one GPU + 3 placements x 2, 4, 6 GPUs)
+    ("gpus", False, None, (["hardware.num_gpus", "model", "placement", "seed"], 240)),
     # per seed: Arctic 2 x 2 workloads, NLLB and Mixtral 2 x 2 x 2, 3 reference runs, and
     # the variant's 3 models x 2 x 2 = 27
     ("workload_shift", False, 1, (["calibration_requests", "model", "seed",
