@@ -11,7 +11,7 @@ from analysis.repro import experiments
 ORDER = ("table1", "moe_infinity_models", "eamc_capacity", "workload_shift", "long_context",
          "fmoe_overall", "fmoe_online", "fmoe_cache_limit", "fmoe_prefetch_distance",
          "fmoe_store_capacity", "fmoe_batch", "fmoe_ablation", "diffmoe_batch",
-         "mixtral_offloading_ablation", "routing_fidelity", "table1_q4", "tiers")
+         "mixtral_offloading_ablation", "routing_fidelity", "table1_q4", "tiers", "gpus")
 
 
 def _load() -> dict:

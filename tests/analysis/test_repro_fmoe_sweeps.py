@@ -106,6 +106,54 @@ def test_cache_limit_every_limit_pairs_with_seeds():
     assert ratio.mean == pytest.approx(math.sqrt(100 / 141 * 100 / 151)) and ratio.n == 2
 
 
+def _six_gpu_frame(seeds=(0, 1)):
+    # 48 and 96 GB on the lifted card (fMoE the slowest there) and on six RTX 3090s (8 and 16
+    # GiB each; fMoE the fastest); seed s adds 10 s ms to every system, so each difference
+    # is the same on every seed
+    rows = []
+    cells = (
+        (48, 1, {"fmoe": 100.0, "layer_offload": 90.0, "lru": 95.0, "promoe": 95.0,
+                 "moe_infinity": 95.0}),
+        (8, 6, {"fmoe": 100.0, "layer_offload": 160.0, "standin": 130.0, "promoe": 120.0,
+                "moe_infinity": 110.0}),
+        (16, 6, {"fmoe": 50.0, "layer_offload": 80.0, "lru": 60.0, "standin": 70.0,
+                 "promoe": 65.0, "moe_infinity": 55.0}))
+    for seed in seeds:
+        for gib, n, systems in cells:
+            for name, tpot in systems.items():
+                system = _composed("lru", "spec_next_layer") if name == "standin" else name
+                rows.append(_row(system, tpot + 10.0 * seed, cache_gib=gib, seed=seed, cfg={
+                    "expert_cache_gb": gib, "hardware": {"num_gpus": n}}))
+    return pd.DataFrame(rows)
+
+
+def test_cache_limit_six_gpu_rows():
+    tab, header, notes = cache.table(_six_gpu_frame())
+    six = tab[tab["gpus"] == cache.SIXED]
+    assert sorted(set(six["cache_gib"])) == [48.0, 96.0]  # the cache over all six GPUs
+    at48 = six[six["cache_gib"] == 48].set_index("system")
+    assert at48.loc["lru", "status"] == cache.NO_LRU  # 24 slots per GPU: the stand-in runs
+    assert at48.loc["fmoe", "slots"] == 6 * 24  # 8 GiB of 0.33 GiB experts, six GPUs
+    assert at48.loc["layer_offload", "fmoe_tpot_speedup"] == pytest.approx(165 / 105)
+    lifted = tab[(tab["gpus"] == cache.LIFTED) & (tab["cache_gib"] == 48)].set_index("system")
+    assert lifted.loc["layer_offload", "fmoe_tpot_speedup"] == pytest.approx(95 / 105)
+    assert "6x RTX 3090" in header[2] and "SIMULATED" in header[0]
+    assert any(cache.PLACED in n for n in notes)
+
+
+def test_cache_limit_every_limit_reads_six_gpus_at_48_and_96():
+    frame = _six_gpu_frame()
+    rows = {r.claim_id: judge(r) for r in cache.claims(cache.table(frame)[0], frame, None)}
+    every = rows["fmoe_cache_limit.v1.lowest_tpot_every_limit"]
+    # 48: layer_offload, the stand-in (lru cannot run), promoe, moe_infinity on six GPUs;
+    # 96: the same with lru itself; the lifted card's 48 GB rows (fMoE slowest) are not read
+    assert [d.mean for d in every.diffs] == pytest.approx(
+        [-60.0, -30.0, -20.0, -10.0, -30.0, -10.0, -15.0, -5.0])
+    assert every.verdict == "reproduced"
+    assert "[G] how those caches were placed is not stated" in every.note
+    assert "in 48 GiB over six GPUs" in every.note
+
+
 def _distance_frame():
     # Mixtral d = 1..8, seed 0: TPOT lowest at 2; seed 1: lowest at 4 (location sqrt(8));
     # TPOT(1) - TPOT(3) = 2 and 4. Hit rate 0.3 at d = 3, 0.2 at d = 8 (both seeds).
@@ -242,7 +290,8 @@ def test_ablation_claims_one_seed():
 
 
 @pytest.mark.parametrize("module, frame", [
-    (cache, _cache_frame), (distance, _distance_frame), (ablation, _ablation_frame)])
+    (cache, _cache_frame), (cache, _six_gpu_frame), (distance, _distance_frame),
+    (ablation, _ablation_frame)])
 def test_figures_build(module, frame):
     from analysis.sweepstats import pyplot
 

@@ -25,6 +25,10 @@ TABLE1_SYSTEMS = ["diff_moe", "diff_moe_floor_recency", "fmoe", "fmoe_admission"
                   "on_demand", "oracle"]
 
 
+CACHE_LIMIT_AXES = ["expert_cache_gb", "hardware.gpu_mem_gb", "hardware.num_gpus",
+                    "hardware.peer", "placement", "seed", "system.evictor", "system.prefetcher"]
+
+
 def test_expand_crosses_the_sweeps_in_the_basic_sweepers_order():
     assert expand(["experiment=x", "system=lru,on_demand", "seed=0,1", "max_batch=2"]) == [
         ["experiment=x", "system=lru", "seed=0", "max_batch=2"],
@@ -113,8 +117,12 @@ def test_every_experiment_at_one_seed_and_at_five():
     # + table1_q4: Table 1's 11 systems in its three arms = 33 (447 in all).
     # tiers runs its own 3 seeds: DeepSeek-V2-Lite 2 widths x 5 DRAM sizes x 2 systems,
     # Mixtral 4 x 2, 2 models x (3 handlers + 3 CPU-offload systems) x 3 links x 2 hosts,
-    # and MoE-Infinity's 4 hosts x 2 (the paper's DRAM, unbounded) x 2 systems = 116 per seed
-    assert (len(one), len(five)) == (447 + 116, 5 * 447 + 3 * 116)
+    # and MoE-Infinity's 4 hosts x 2 (the paper's DRAM, unbounded) x 2 systems = 116 per seed.
+    # fmoe_cache_limit's 48 and 96 GB on six RTX 3090s: 5 systems x 2 sizes, lru at 96,
+    # ProMoE and the LRU stand-in x 2 = 15 more (462 in all).
+    # gpus runs its own 3 seeds: 2 models x 4 systems x (one GPU + 3 placements x 3 counts)
+    # = 80 per seed
+    assert (len(one), len(five)) == (462 + 116 + 80, 5 * 462 + 3 * 116 + 3 * 80)
 
 
 def test_a_sweep_moebench_m_refuses_is_refused_before_anything():
@@ -149,11 +157,12 @@ def test_records_name_the_last_sweep_of_each_folder():
     # 3 models x (fmoe, fmoe_admission) x d = 1..8
     ("fmoe_prefetch_distance", False, 1, (["model", "seed", "system.prefetch_distance"], 48)),
     # several sweeps: every key they set is an axis. Per seed: 5 systems (3 + 2 variants) x
-    # 5 sizes, lru at 4, ProMoE at 5, the stand-in at 2 = 36
-    ("fmoe_cache_limit", False, 1, (["expert_cache_gb", "seed", "system.evictor",
-                                     "system.prefetcher"], 36)),
-    ("fmoe_cache_limit", False, None, (["expert_cache_gb", "seed", "system.evictor",
-                                        "system.prefetcher"], 180)),
+    # 5 sizes, lru at 4, ProMoE at 5, the stand-in at 2 = 36 on the lifted card; on six
+    # RTX 3090s 5 systems x 2 sizes, lru at 1, ProMoE and the stand-in at 2 = 15
+    ("fmoe_cache_limit", False, 1, (CACHE_LIMIT_AXES, 51)),
+    ("fmoe_cache_limit", False, None, (CACHE_LIMIT_AXES, 255)),
+    # its own 3 seeds: 2 models x 4 systems x (one GPU + 3 placements x 2, 4, 6 GPUs)
+    ("gpus", False, None, (["hardware.num_gpus", "model", "placement", "seed"], 240)),
     # per seed: Arctic 2 x 2 workloads, NLLB and Mixtral 2 x 2 x 2, 3 reference runs, and
     # the variant's 3 models x 2 x 2 = 27
     ("workload_shift", False, 1, (["calibration_requests", "model", "seed",
