@@ -25,6 +25,9 @@ class SystemContext:
     # Several GPUs (docs/gpus.md): keep(keys, iterations) -> bool mask of the access
     # sequence's accesses this system's GPU runs, for the oracle family; None: every access
     gpu_accesses: object | None = None
+    # Several GPUs: how many experts of each MoE layer this system's GPU may hold (its
+    # placement's share, [L] ints); None: every expert of every layer
+    layer_share: tuple[int, ...] | None = None
 
     def key(self, layer: int, expert: int) -> int:
         return layer * self.num_experts + expert

@@ -1,9 +1,10 @@
 """layer_offload: DeepSpeed ZeRO-Inference style parameter offload, expert-agnostic.
 
 Whole MoE layers are the unit. The first layers that fit the budget (keeping room for two
-streamed layers) stay resident for the whole run; every other layer is streamed in whole,
-all of its experts whether routed to or not, and the next streamed layer is fetched while
-this one computes. Streamed experts are evicted oldest-loaded first.
+streamed layers) stay resident for the whole run (on one of several GPUs: the first of the
+layers it holds experts of, each as many experts as it holds); every other layer is
+streamed in whole, all of its experts whether routed to or not, and the next streamed layer
+is fetched while this one computes. Streamed experts are evicted oldest-loaded first.
 """
 
 from __future__ import annotations
@@ -26,15 +27,20 @@ class LayerOffload(System):
     def bind(self, ctx):
         super().bind(ctx)
         L, E = ctx.num_layers, ctx.num_experts
-        fit = (ctx.capacity_slots - self.stream_buffer_layers * E) // E
-        self.n_resident = max(0, min(L, fit))
-        self.streamed = list(range(self.n_resident, L))
+        # on one of several GPUs (docs/gpus.md): its layers, each as many experts as it holds
+        share = ctx.layer_share or (E,) * L
+        mine = [layer for layer in range(L) if share[layer]]
+        per_layer = max(share)
+        fit = (ctx.capacity_slots - self.stream_buffer_layers * per_layer) // per_layer
+        n_resident = max(0, min(len(mine), fit))
+        self.resident, self.streamed = mine[:n_resident], mine[n_resident:]
+        self._streamed = set(self.streamed)
         self.fifo: OrderedDict[int, None] = OrderedDict()  # streamed keys, oldest load first
         self.proposal: list[int] | None = None
         self.last_target: tuple | None = None  # (streamed layer or None, next streamed layer)
 
     def initial_residents(self) -> list[int]:
-        return list(range(self.n_resident * self.ctx.num_experts))
+        return [key for layer in self.resident for key in self._layer_keys(layer)]
 
     def _layer_keys(self, layer: int) -> list[int]:
         E = self.ctx.num_experts
@@ -46,7 +52,7 @@ class LayerOffload(System):
         layer = routing.layer
         later = [s for s in self.streamed if s > layer]
         nxt = later[0] if later else self.streamed[0]  # wraps to the next iteration
-        current = layer if layer >= self.n_resident else None
+        current = layer if layer in self._streamed else None
         if (current, nxt) == self.last_target:
             return  # the queue already holds this request (consecutive resident layers)
         self.last_target = (current, nxt)

@@ -113,10 +113,16 @@ class Engine:
         self.step = MultiGpuStep(self.group, self.index, view, self.rec, self.E)
 
     def _gpu_context(self, ctx: SystemContext, gpus: Gpus | None, gpu: int) -> SystemContext:
-        if gpus is None or ctx.trace is None:
+        """GPU `gpu`'s context: its share of each layer's experts and, for a system that
+        reads the future, of the access sequence."""
+        if gpus is None:
             return ctx
-        return replace(ctx, gpu_accesses=GpuAccesses(gpus.placement, self.trace,
-                                                     self.max_batch, gpu))
+        owners, E = gpus.placement.owners, self.E
+        share = tuple(sum(gpu in owners[layer * E + e] for e in range(E))
+                      for layer in range(self.L))
+        accesses = (None if ctx.trace is None else
+                    GpuAccesses(gpus.placement, self.trace, self.max_batch, gpu))
+        return replace(ctx, layer_share=share, gpu_accesses=accesses)
 
     @property
     def systems(self) -> list[System]:

@@ -8,8 +8,9 @@ recent evictable expert of the layer holding the most experts (ties: the lowest 
 Recency: a copy enters its layer's order as most recent when it lands; a routed resident
 moves to most recent (a step's keys in ascending order, so the lower key counts as older).
 
-slots_per_layer = floor(cache slots / MoE layers), at most E, unless set; a set value must
-be in [1, E]; a cache smaller than one expert per layer is refused.
+slots_per_layer = floor(cache slots / MoE layers), at most E, unless set (on one of several
+GPUs: over the layers it holds experts of, at most the experts it holds of a layer); a set
+value must be in [1, E]; a cache smaller than one expert per layer is refused.
 """
 
 from __future__ import annotations
@@ -21,8 +22,12 @@ from systems.evictors.base import Evictor
 
 
 def auto_slots_per_layer(ctx) -> int:
-    """The budget's share per MoE layer, at most a layer's experts (0: below one per layer)."""
-    return min(ctx.capacity_slots // ctx.num_layers, ctx.num_experts)
+    """The budget's share per MoE layer, at most a layer's experts (0: below one per layer);
+    on one of several GPUs (ctx.layer_share, docs/gpus.md) per layer it holds experts of, at
+    most the experts it holds of one."""
+    share = ctx.layer_share or (ctx.num_experts,) * ctx.num_layers
+    held = [n for n in share if n]
+    return min(ctx.capacity_slots // len(held), max(held))
 
 
 class LRUPerLayer(Evictor):

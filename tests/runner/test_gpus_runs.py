@@ -44,7 +44,7 @@ def same_tables(a: dict, b: dict) -> bool:
                for t in a for c in a[t])
 
 
-@pytest.mark.parametrize("system", ["lru", "oracle", "fmoe", "moe_infinity"])
+@pytest.mark.parametrize("system", ["lru", "oracle", "fmoe", "moe_infinity", "layer_offload"])
 @pytest.mark.parametrize("placement", PLACEMENTS)
 def test_one_gpu_with_any_placement_is_the_single_gpu_run(tmp_path, system, placement):
     _, alone = engine_of(tmp_path, f"system={system}")
@@ -101,6 +101,8 @@ def test_bytes_are_conserved_per_link(tmp_path, system, placement):
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_replication_never_adds_host_bytes_or_oracle_misses(tmp_path, seed):
+    # On a peer link that joins every pair of GPUs (pcie4_p2p): any GPU's copy can serve
+    # another. Under bridged pairs it need not hold: a GPU of another pair reads the host.
     rows = []
     for n in (1, 2, 4, 6):
         row = []
