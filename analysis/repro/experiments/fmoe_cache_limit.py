@@ -158,8 +158,8 @@ HEADER = (
     "all; summed over the GPUs); fmoe_tpot_speedup = the system's TPOT / fMoE's at the same "
     "cache and gpus (> 1: fMoE faster); paper_tpot_speedup = the same from the EuroSys "
     "text's 6 GB reductions (v1's are in results/claims.md); values are means over the "
-    "seeds run (`seeds`); headroom = TPOT / compute floor (one GPU's TPOT with every expert "
-    "resident).")
+    "seeds run (`seeds`); headroom = TPOT / compute floor (the TPOT with every expert "
+    "resident on the same GPUs).")
 
 NOTES = (
     "Mixtral-Offloading (lru, a per-layer LRU) needs one slot per layer: at 6 GiB (18 "
@@ -177,15 +177,16 @@ NOTES = (
     f"judged): {PLACED}.",
     "Six GPUs are not one big card. Sharded by expert, 8 experts in contiguous blocks over "
     "6 GPUs give GPUs 0 and 3 two experts of every layer (64 keys) and the others one (32): "
-    "at 16 GiB (48 slots) per GPU those two still miss (seed 0: at most 224 experts resident "
-    "at once, 4 x 32 + 2 x 48; about 4 GB per token over the host links against 0.24 on the "
-    "lifted card), so 96 GB over six GPUs stays about 3x above the compute floor. At 48 GB "
-    "the six GPUs beat the lifted card though they copy more bytes per token: the copies "
-    "spread over six host links, each at the full PCIe rate (a host that shares its lanes "
-    "or memory bandwidth among them is not modelled). layer_offload sizes whole layers of 8 "
-    "experts against each GPU's cache (4 resident layers at 16 GiB, 1 at 8 GiB, with room "
-    "for two streamed ones) though a GPU holds one or two experts of each, so it streams "
-    "most layers.")
+    "at 16 GiB (48 slots) per GPU those two still miss (fmoe, seed 0: at most 224 experts "
+    "resident at once, 4 x 32 + 2 x 48; 3.97 GB per token over the host links against 0.24 "
+    "on the lifted card), so 96 GB over six GPUs stays about 4.6x above its compute floor "
+    "(25.0 ms: a token's experts run on several GPUs at once). At 48 GB the six GPUs beat the "
+    "lifted card though they copy more bytes per token (fmoe, seed 0: 15.8 against 13.0 GB): "
+    "the copies spread over six host links, each at the full PCIe rate (a host that shares "
+    "its lanes or memory bandwidth among them is not modelled). layer_offload keeps whole "
+    "layers of the experts each GPU holds (GPUs 0 and 3: 22 of 32 layers at 16 GiB, 10 at 8; "
+    "the others every layer at 16 GiB, 22 at 8) and streams the rest, its host links "
+    "carrying 11.7 GB per token at 96 GB (seed 0).")
 
 
 def figure(tab, runs):

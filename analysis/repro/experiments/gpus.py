@@ -6,14 +6,12 @@ hardware/peer=nvlink_3090_bridge) used as the papers do not, every GPU holding e
 Mixtral-8x7B and DeepSeek-V2-Lite on 1, 2, 4 and 6 GPUs, each GPU with the expert cache its
 memory leaves (the memory plan, per GPU), under each placement (systems/placements/):
 shard_expert (expert e of every layer on GPU e N / E), shard_layer (MoE layer l on GPU
-l N / L) and replicate_hot (the 25 % of (layer, expert) keys with the most calibration
-tokens may be cached on every GPU, the rest by expert). One GPU is the single-GPU engine
-(every placement gives the same run there), the baseline of each line.
+l N / L) and replicate_hot (the keys with the most calibration tokens, a quarter of one
+GPU's cache slots of them, may be cached on every GPU; the rest by expert). One GPU is the
+single-GPU engine (every placement gives the same run there), the baseline of each line.
 Systems: lru (Mixtral-Offloading), fmoe (the testbed's paper) with its named variant
-fmoe_admission beside it, and belady (Belady's MIN victims, demand fetches only: a bound on
-loads for the single-GPU engine). The oracle bound is not run: on several GPUs with a full
-cache it stops ("no victim for a demand fetch"), since its plan is the whole trace's and
-each GPU sees only the keys it runs.
+fmoe_admission beside it, and the oracle (Belady's MIN loads with the earliest prefetch:
+each GPU plans on the accesses it runs, so its loads are MIN's per GPU under static shards).
 No claim is judged: nothing here has a published value. The table gives each cell's TPOT
 mean and 95 % interval over seeds and the bytes per generated token on each kind of link.
 """
@@ -29,7 +27,7 @@ SEEDS = (0, 1, 2)
 MODELS = ("mixtral_8x7b", "deepseek_v2_lite")
 GPU_COUNTS = (1, 2, 4, 6)
 PLACEMENTS = ("shard_expert", "shard_layer", "replicate_hot")
-SYSTEMS = ("lru", "fmoe", "fmoe_admission", "belady")
+SYSTEMS = ("lru", "fmoe", "fmoe_admission", "oracle")
 ONE_GPU = "one GPU"  # the placement column of the single-GPU runs: every placement is one
 COLUMNS = ("model", "placement", "num_gpus", "system", "seeds", "tpot_mean_ms", "tpot_ci95_ms",
            "compute_floor_ms", "stall_ms_per_token", "hit_rate", "cache_gib_per_gpu",
@@ -124,7 +122,8 @@ def table(runs):
 
 HEADER = (
     "tpot_mean_ms is the mean over the `seeds` column's seeds, tpot_ci95_ms its 95 % "
-    "t-interval half-width; compute_floor_ms: one GPU's TPOT with every expert resident; "
+    "t-interval half-width; compute_floor_ms: the TPOT with every expert resident on the "
+    "same GPUs and placement (no_offload, the all-to-all paid); "
     "stall_ms_per_token: the decode steps' wait for experts per token, summed over the GPUs "
     "(their waits overlap, so it may exceed TPOT). cache_gib_per_gpu: "
     "each GPU's expert cache (what its memory leaves); peak_resident_experts: the most "
@@ -138,12 +137,14 @@ HEADER = (
     "averaged. Each row's values are means over its seeds.")
 
 NOTES = (
-    "Modelled (harness/sim/gpus.py, step_gpus.py, copies_gpu.py): each GPU has its own expert "
-    "cache, its own copy engine on its own host link and its own instance of the system; "
+    "Modelled (harness/sim/gpus.py, step_gpus.py, copies_gpu.py; docs/gpus.md): each GPU has "
+    "its own expert cache, its own copy engine on its own host link and its own instance of "
+    "the system, which knows the share of each layer its GPU may hold (lru's per-layer quota "
+    "and layer_offload's layers use it) and, for the oracle, the accesses its GPU runs; "
     "request r's tokens live on GPU r % N; a token routed to an expert another GPU runs is "
-    "sent there and its output back (all-to-all) over the NVLink bridge of a pair, or "
-    "through host memory between GPUs of different pairs; a miss that a peer GPU holds is "
-    "copied from it before the host; the GPUs of a layer run at the same time.",
+    "sent there and its output back (all-to-all) over the NVLink bridge of a pair, or through "
+    "host memory between GPUs of different pairs; a miss that the GPU's bridged partner holds "
+    "is copied from it before the host; the GPUs of a layer run at the same time.",
     "Not modelled: the dense part is replicated on every GPU (each GPU's memory plan holds "
     "all dense weights), not split by tensor or pipeline parallelism; each GPU has a host "
     "link of its own at the profile's full rate (no shared root complex or host-memory "
@@ -153,45 +154,36 @@ NOTES = (
     "Batch 1: one request runs at a time, so one GPU (its home, r % N) runs the dense part "
     "while the others hold and run experts; more GPUs add cache and expert concurrency, not "
     "parallel requests.",
-    "Below the floor: with every expert resident, shard_expert runs under one GPU's compute "
-    "floor (Mixtral-8x7B, 6 GPUs, belady; DeepSeek-V2-Lite from 2 GPUs), since a token's "
-    "experts sit on different GPUs and run at the same time; shard_layer runs a layer's "
-    "experts one after another on one GPU, so it stays at the floor plus the round trips. "
-    "At 4 GPUs on Mixtral shard_layer is slower than shard_expert though it copies fewer "
-    "host bytes and, but for fmoe, stalls no longer (stall_ms_per_token): the rest of the "
-    "gap is this concurrency.",
-    "More GPUs, slower: DeepSeek-V2-Lite under shard_layer, and belady there below its one-"
-    "GPU TPOT. From 2 GPUs every expert is resident (host_link_gb_per_token 0.20 = each "
-    "expert copied once), so what grows is the all-to-all: (N-1)/N of the layers sit on "
-    "another GPU than the home, and beyond its pair a GPU is reached through host memory "
-    "(peer_messages_per_token; TPOT above the floor per message: about 0.012 ms at 2 GPUs, "
-    "all over the bridge, 0.02 ms at 6, most through host memory: the profiles' 10 us per "
-    "copy, twice through the host).",
-    "Mixtral-8x7B at 6 GPUs, lru and fmoe faster under shard_layer than shard_expert: 8 "
-    "experts in contiguous blocks over 6 GPUs give GPUs 0 and 3 two experts of every layer, "
-    "64 keys for 59 slots (19.49 GiB / 0.33 GiB), the others 32; shard_layer gives each GPU "
-    "5 or 6 layers, 40 to 48 keys, so every expert fits (host_link_gb_per_token 0.63 = each "
-    "expert once, peak_resident_experts 256) while the two full GPUs of shard_expert keep "
-    "missing. belady, with fewer misses, still gains more from the concurrency of shard_expert.",
-    "replicate_hot slower than shard_expert on Mixtral-8x7B at every count: its 64 hot keys "
-    "(25 % of 256) may be cached on every GPU and run on the token's home GPU, which at "
-    "batch 1 changes with each request; each new home copies the hot experts it runs from a "
-    "peer (peer_fetches_per_token) or the host, and the replicas take the shard's slots: at "
-    "6 GPUs every cache is full (peak_resident_experts 354 = 6 x 59, 246 under shard_expert), "
-    "the host link carries about twice shard_expert's bytes and the hit rate falls. On "
-    "DeepSeek-V2-Lite two GPUs hold every expert, so replicas cost only peer copies and "
-    "replicate_hot stays within a few per cent of shard_expert.",
-    "lru under shard_layer on DeepSeek-V2-Lite copies more than each expert once (0.27 "
-    "against 0.20 GB per token): its per-layer quota is its GPU's 1244 slots over all 26 "
-    "MoE layers, 47 of 64, though the GPU runs only its block of layers; measured aside "
-    "(2 GPUs, seed 0), system.slots_per_layer=64 brings it to 0.20.",
-    "belady is Belady's MIN with demand fetches only, a bound on loads on one GPU. On "
-    "several GPUs each GPU's instance ranks its victims by the whole trace's next uses: "
-    "under shard_expert and shard_layer a key runs on one GPU only, so the ranking is that "
-    "GPU's own; under replicate_hot a hot key's next use may be another GPU's, so belady is "
-    "no bound there. The oracle bound is not run: its plan (whole trace, one cache) names "
-    "victims for loads a GPU never makes, so with a full cache it stops "
-    "(no victim for a demand fetch) on Mixtral-8x7B at 2 to 6 GPUs.",
+    "The floor is each placement's own: under shard_expert a token's experts sit on "
+    "different GPUs and run at the same time, so the floor falls with the GPU count "
+    "(Mixtral-8x7B 36.4, 28.9, 25.8, 25.0 ms at 1, 2, 4, 6 GPUs); under shard_layer a "
+    "layer's experts run one after another on one GPU and every layer off the home GPU adds "
+    "a round trip, so it rises (36.7, 37.2, 37.4 ms at 2, 4, 6).",
+    "More GPUs, slower: DeepSeek-V2-Lite under shard_layer. From 2 GPUs every expert is "
+    "resident (host_link_gb_per_token 0.20: each expert copied once) and every system runs "
+    "at the floor, which grows with the all-to-all: 26, 39, 43 messages per token at 2, 4, "
+    "6 GPUs (peer_messages_per_token), and beyond its pair a GPU is reached through host "
+    "memory, two copies' latency; the oracle at 6 GPUs is 0.96x its one-GPU speed (19.97 "
+    "against 19.16 ms).",
+    "Mixtral-8x7B at 6 GPUs, lru and fmoe faster under shard_layer than shard_expert (37.4 "
+    "against 54.7 and 48.5 ms): 8 experts in contiguous blocks over 6 GPUs give GPUs 0 and "
+    "3 two experts of every layer, 64 keys for 59 slots, the others 32, so at most 246 "
+    "experts are resident and lru stalls 30.8 ms per token; shard_layer gives each GPU 5 or "
+    "6 layers, 40 to 48 keys, so every expert fits (256 resident, host_link_gb_per_token "
+    "0.63 = each expert once) and it runs at its floor. The oracle, with few misses, gains "
+    "more from shard_expert's concurrency (25.6 against 37.4 ms).",
+    "replicate_hot against shard_expert on Mixtral-8x7B: level at 2 GPUs (lru 412 against "
+    "406 ms), slower at 4 and 6 (99 against 73, 59.5 against 54.7 ms). Its 15 hot keys (a "
+    "quarter of one GPU's 59 slots) run on the request's home GPU, which changes with each "
+    "request at batch 1, so each home copies the hot experts it runs (0.40 peer fetches per "
+    "token at 6 GPUs) and the replicas take the shard's slots (298 experts resident against "
+    "246; host_link_gb_per_token 1.84 against 1.69); the all-to-all it saves is small "
+    "(0.0051 against 0.0055 GB per token).",
+    "replicate_hot on DeepSeek-V2-Lite adds host-link bytes with the GPU count (0.20, 0.24, "
+    "0.28 GB per token at 2, 4, 6): a GPU copies a hot expert from its bridged partner only; "
+    "one that a GPU of another pair holds comes from the host (through host memory it would "
+    "cost more). On a peer link that joins every pair of GPUs more GPUs never add host-link "
+    "bytes under replicate_hot (tests/runner/test_gpus_runs.py, pcie4_p2p, seeds 0-2).",
     "No claim is judged: these settings have no published value. Scaled down: 6 requests "
     "of prompt 128 and 24 output tokens per cell, 30 calibration requests, 3 seeds.",
 )
