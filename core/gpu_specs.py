@@ -7,9 +7,9 @@ says what each value models.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 
-from core.spec_base import SpecError, check_keys, name_keys, positive
+from core.spec_base import SpecError, build_spec, positive
 
 # How the GPUs are joined: `all` every pair directly (NVSwitch, or a full NVLink mesh);
 # `pcie` every pair through the PCIe switch (P2P); `pairs` GPUs 2i and 2i+1 by a bridge and
@@ -31,19 +31,11 @@ class PeerSpec:
 
 
 def peer_spec_from_dict(data, where: str) -> PeerSpec:
-    if not isinstance(data, dict):
-        raise SpecError(f"{where}: expected a mapping of keys, got {type(data).__name__}")
-    names = {f.name for f in fields(PeerSpec)}
-    check_keys(where, data, names, set())
-    data = dict(data)
-    name_keys(where, data)
-    data["peer_gbps"] = positive(where, "peer_gbps", data["peer_gbps"])
-    data["peer_latency_us"] = positive(where, "peer_latency_us", data["peer_latency_us"],
-                                       zero_ok=True)
-    if data["topology"] not in TOPOLOGIES:
+    peer = build_spec(PeerSpec, data, where, zero_ok={"peer_latency_us"}, strings={"topology"})
+    if peer.topology not in TOPOLOGIES:
         raise SpecError(f"{where}.topology: must be one of {', '.join(TOPOLOGIES)}, "
-                        f"got {data['topology']!r}")
-    return PeerSpec(**data)
+                        f"got {peer.topology!r}")
+    return peer
 
 
 def check_gpus(num_gpus, peer: PeerSpec | None, where: str) -> int:

@@ -39,6 +39,25 @@ def positive(where: str, key: str, value: Any, *, integer: bool = False, zero_ok
     return int(value) if integer else float(value)
 
 
+def build_spec(cls, data, where: str, zero_ok=frozenset(), integers=frozenset(),
+                strings=frozenset()):
+    """A spec dataclass from a mapping: exactly its fields, `name` and `display_name` (and
+    `strings`) non-empty strings, every other field a positive number (`zero_ok`: or zero;
+    `integers`: whole)."""
+    from dataclasses import fields
+
+    if not isinstance(data, dict):
+        raise SpecError(f"{where}: expected a mapping of keys, got {type(data).__name__}")
+    names = {f.name for f in fields(cls)}
+    check_keys(where, data, names, set())
+    data = dict(data)
+    name_keys(where, data, ("name", "display_name", *sorted(strings)))
+    for key in names - {"name", "display_name", *strings}:
+        data[key] = positive(where, key, data[key], zero_ok=key in zero_ok,
+                             integer=key in integers)
+    return cls(**data)
+
+
 def name_keys(where: str, data: dict, keys=("name", "display_name")) -> None:
     """Each of `keys` is a non-empty string."""
     for key in keys:

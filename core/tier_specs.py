@@ -7,9 +7,9 @@ unbounded and nothing runs on the CPU: every result of a profile without them is
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 
-from core.spec_base import GIB, SpecError, check_keys, name_keys, positive
+from core.spec_base import GIB, SpecError, build_spec, positive
 
 
 @dataclass(frozen=True)
@@ -43,21 +43,8 @@ class NvmeSpec:
         return int(self.capacity_gb * GIB)
 
 
-def _build(cls, data, where: str, zero_ok: set[str], integers: set[str] = frozenset()):
-    if not isinstance(data, dict):
-        raise SpecError(f"{where}: expected a mapping of keys, got {type(data).__name__}")
-    names = {f.name for f in fields(cls)}
-    check_keys(where, data, names, set())
-    data = dict(data)
-    name_keys(where, data)
-    for key in names - {"name", "display_name"}:
-        data[key] = positive(where, key, data[key], zero_ok=key in zero_ok,
-                             integer=key in integers)
-    return cls(**data)
-
-
 def host_spec_from_dict(data: dict, where: str = "hardware.host") -> HostSpec:
-    host = _build(HostSpec, data, where, {"reserve_gb", "cpu_expert_overhead_us"})
+    host = build_spec(HostSpec, data, where, {"reserve_gb", "cpu_expert_overhead_us"})
     if host.reserve_gb >= host.dram_gb:
         raise SpecError(f"{where}.reserve_gb: {host.reserve_gb} GiB leaves none of dram_gb "
                         f"{host.dram_gb} GiB for experts")
@@ -65,7 +52,7 @@ def host_spec_from_dict(data: dict, where: str = "hardware.host") -> HostSpec:
 
 
 def nvme_spec_from_dict(data: dict, where: str = "hardware.nvme") -> NvmeSpec:
-    return _build(NvmeSpec, data, where, {"latency_us"}, {"queue_depth"})
+    return build_spec(NvmeSpec, data, where, {"latency_us"}, {"queue_depth"})
 
 
 def dequant_table(data, where: str) -> tuple[tuple[int, float], ...]:
