@@ -61,8 +61,10 @@ def _gpus(result: dict) -> str:
     placement = cfg.get("placement")
     if not placement:
         return result["hardware"]
-    name = placement["_target_"].rsplit(".", 2)[-2]  # systems.placements.<name>.<Class>
-    return f"{(cfg.get('hardware') or {}).get('num_gpus', 1)}x {result['hardware']} ({name})"
+    from systems.placements.base import placement_name
+
+    return (f"{(cfg.get('hardware') or {}).get('num_gpus', 1)}x {result['hardware']} "
+            f"({placement_name(placement)})")
 
 
 def _num(value, spec: str) -> str:

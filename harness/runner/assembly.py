@@ -83,10 +83,9 @@ def assemble(cfg: dict, memo: RunMemo | None = None, *, model: ModelSpec | None 
     system = system or build_system(cfg)
     dequant_ms(model, hw)  # quantized experts need the profile's rate for their width
     check_fits(cfg, model, system)  # a run that cannot fit is refused before its trace exists
-    tiers = tiers_of(cfg, hw)
-    tiers.check(model, system)  # host, NVMe and CPU-run misses (docs/hardware.md)
+    # host, NVMe and CPU-run misses (docs/hardware.md; `active` checks them first)
+    tiered = tiers_of(cfg, hw).active(system, model)
     gpus = gpus_of(cfg, hw)  # several GPUs and the placement (docs/gpus.md)
-    tiered = tiers.active(system, model)
     gpus.check(model, tiered=tiered)
     try:  # the compiled core runs neither: refused here, before anything is written
         cores.resolve(cfg.get("engine_core", "auto"), None, tiered, gpus.active())

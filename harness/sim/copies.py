@@ -124,20 +124,33 @@ class CopyEngine:
 
     def preload(self, keys) -> float:
         """Timed copies back to back from 0 (docs/engine.md, "Preloads"); the last ready ms."""
-        keys = list(dict.fromkeys(int(k) for k in keys))
+        last = self.copy_free_ms
+        for key in self._preload_keys(list(dict.fromkeys(int(k) for k in keys))):
+            start, ready = self._preload_times(key)
+            self.cache.reserve(key, ready, self.rec.transfer(key, PRELOAD, 0.0, start, start,
+                                                             ready))
+            if self._load_fn is not None:
+                self._load_fn(key, PRELOAD)
+            last = max(last, ready)
+        return last
+
+    def _preload_keys(self, keys: list[int]) -> list[int]:
+        """The keys to preload, in order (EngineError: more than the cache holds, or one
+        that is no expert)."""
         if len(keys) > self.cache.capacity_slots:
             raise EngineError(f"system {self.system.name} preloads {len(keys)} experts; the "
                               f"cache holds {self.cache.capacity_slots}")
         for key in keys:
             if not 0 <= key < self.n_keys:
                 raise EngineError(f"system {self.system.name} preloads invalid key {key}")
-            t = self.copy_free_ms
-            if self.tier is None:
-                ready = t + self.copy_ms
-            else:
-                t, ready = self.tier.copy_times(key, t, t, self.copy_ms, False)
-            self.copy_free_ms = ready
-            self.cache.reserve(key, ready, self.rec.transfer(key, PRELOAD, 0.0, t, t, ready))
-            if self._load_fn is not None:
-                self._load_fn(key, PRELOAD)
-        return self.copy_free_ms
+        return keys
+
+    def _preload_times(self, key: int) -> tuple[float, float]:
+        """(start, ready) of the preload of `key`, behind the link's last copy."""
+        t = self.copy_free_ms
+        if self.tier is None:
+            ready = t + self.copy_ms
+        else:
+            t, ready = self.tier.copy_times(key, t, t, self.copy_ms, False)
+        self.copy_free_ms = ready
+        return t, ready

@@ -12,7 +12,6 @@ The source's copy is not pinned while a peer reads it (docs/gpus.md, "Not modell
 from __future__ import annotations
 
 from harness.sim.copies import CopyEngine, EngineError
-from harness.sim.recorder import PRELOAD
 
 
 class GpuCopyEngine(CopyEngine):
@@ -37,10 +36,8 @@ class GpuCopyEngine(CopyEngine):
             keep = self.group.may_hold if self.system.oracle else self.group.runs_here
             self.queue = type(self.queue)(k for k in self.queue if keep(k, self.gpu))
 
-    def preload(self, keys) -> float:
-        """This GPU's share of its system's preloads (the experts it may hold), back to back
-        on its host link from 0, or from a lower GPU that preloads the same expert."""
-        keys = list(dict.fromkeys(int(k) for k in keys))
+    def _preload_keys(self, keys: list[int]) -> list[int]:
+        """This GPU's share of its system's preloads: the experts it may hold."""
         bad = [k for k in keys if not 0 <= k < self.n_keys][:5]
         if bad:
             raise EngineError(f"system {self.system.name} preloads invalid keys {bad}")
@@ -48,19 +45,15 @@ class GpuCopyEngine(CopyEngine):
         if len(keys) > self.cache.capacity_slots:
             raise EngineError(f"system {self.system.name} preloads {len(keys)} experts on GPU "
                               f"{self.gpu}; its cache holds {self.cache.capacity_slots}")
-        last = 0.0
-        for key in keys:
-            src = self.group.preloaded_source(key, self.gpu)
-            if src is None:
-                start = self.copy_free_ms
-                ready = self.copy_free_ms = start + self.copy_ms
-                self.host_copies += 1
-            else:
-                peer, peer_ready = src
-                start, ready = self.group.links.send(peer, self.gpu, self.expert_bytes,
-                                                     peer_ready)
-                self.peer_copies += 1
-            self.cache.reserve(key, ready, self.rec.transfer(key, PRELOAD, 0.0, start, start,
-                                                             ready))
-            last = max(last, ready)
-        return last
+        return keys
+
+    def _preload_times(self, key: int) -> tuple[float, float]:
+        """Behind this GPU's last host copy, or from a lower GPU that preloads the same
+        expert once its copy is in."""
+        src = self.group.preloaded_source(key, self.gpu)
+        if src is None:
+            self.host_copies += 1
+            return super()._preload_times(key)
+        self.peer_copies += 1
+        peer, peer_ready = src
+        return self.group.links.send(peer, self.gpu, self.expert_bytes, peer_ready)

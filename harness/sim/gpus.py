@@ -74,7 +74,7 @@ class PeerLinks:
     memory: two copies' latency at the host link's rate. `bytes[a][b]` sums what a sent b."""
 
     def __init__(self, peer, num_gpus: int, host_gbps: float, host_latency_us: float):
-        self.peer, self.n = peer, num_gpus
+        self.peer = peer
         self.send_free_ms = [0.0] * num_gpus
         self.recv_free_ms = [0.0] * num_gpus
         self.bytes = [[0] * num_gpus for _ in range(num_gpus)]

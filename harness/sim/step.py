@@ -27,9 +27,8 @@ class LayerStep:
 
     def run(self, info: IterationInfo, layer: int, members, now: float) -> float:
         """Run MoE layer `layer` of iteration `info` from `now`; returns when compute is free."""
-        copies, index = self.copies, self.index
-        if copies.queue and copies.copy_free_ms <= now:  # else no queued copy can start yet
-            copies.advance(now)
+        index = self.index
+        self.start_due(now)
         if len(members) == 1:  # batch 1: the block's own union, precomputed
             r, s = members[0]
             b = (index.step_off[r] + s) * self.L + layer
@@ -40,13 +39,24 @@ class LayerStep:
             experts, counts, owner = index.union(blocks)
         if not experts:
             return now
-        self._routed(self.view.reveal(info, layer, experts, counts, blocks), now)
-        proposal = self._propose(now) if copies.asks else None
-        if proposal is not None:
-            copies.set_queue(proposal, now)
+        self.tell(self.view.reveal(info, layer, experts, counts, blocks), now)
         now = self.run_experts(experts, counts, owner, members[0][0], layer, now)
         self.rec.block(info.index, layer)
         return now
+
+    def start_due(self, now: float) -> None:
+        """Start the queued prefetches that can start by `now`."""
+        copies = self.copies
+        if copies.queue and copies.copy_free_ms <= now:  # else no queued copy can start yet
+            copies.advance(now)
+
+    def tell(self, routing, now: float) -> None:
+        """The system learns the layer's routing; its prefetch proposal replaces the queue."""
+        self._routed(routing, now)
+        copies = self.copies
+        proposal = self._propose(now) if copies.asks else None
+        if proposal is not None:
+            copies.set_queue(proposal, now)
 
     def run_experts(self, experts, counts, owner, first_owner: int, layer: int,
                     now: float) -> float:

@@ -3,8 +3,8 @@
 Per GPU the single-GPU parts: the system's hooks, an expert cache, a copy engine
 (harness/sim/copies_gpu.py) and a layer step (harness/sim/step.py), all writing one
 recorder. At a MoE layer:
-1. every GPU's queued prefetches that can start do; every GPU's system is told the layer's
-   routing and asked for its prefetch proposal (each keeps what it would run);
+1. every GPU's queued prefetches that can start do; then every GPU's system is told the
+   layer's routing and asked for its prefetch proposal (each keeps what it would run);
 2. each member request's experts go to the GPU the placement names for its home GPU
    (request r % N); the tokens a home sends to another GPU leave as one message per
    (home, GPU) pair when the dense part ends (tokens x hidden x dense bits / 8 bytes);
@@ -132,6 +132,8 @@ class MultiGpuStep:
 
     def run(self, info, layer: int, members, now: float) -> float:
         group, index = self.group, self.index
+        for step in group.steps:
+            step.start_due(now)
         blocks = {r: index.block(r, s, layer) for r, s in members}
         experts, counts, _ = index.union(blocks)
         if not experts:
@@ -139,13 +141,8 @@ class MultiGpuStep:
         homes = {r: group.placement.home(r) for r in blocks}
         group.homes = frozenset(homes.values())
         routing = self.view.reveal(info, layer, experts, counts, blocks)
-        for hooks, copies in zip(group.gpu_hooks, group.gpu_copies):
-            if copies.queue and copies.copy_free_ms <= now:
-                copies.advance(now)
-            hooks.on_layer_routed(routing, now)
-            proposal = hooks.propose_prefetch(now) if copies.asks else None
-            if proposal is not None:
-                copies.set_queue(proposal, now)
+        for step in group.steps:
+            step.tell(routing, now)
         work, sends = self._assign(blocks, homes, layer)
         starts = dict.fromkeys(range(len(group.steps)), now)
         for (h, g), tokens in sorted(sends.items()):

@@ -67,6 +67,12 @@ class Placement:
         return {"name": self.name}
 
 
+def placement_name(node: dict) -> str:
+    """The name of a placement's config node: its `_target_`'s module
+    (systems.placements.<name>.<Class>)."""
+    return node["_target_"].rsplit(".", 2)[-2]
+
+
 def contiguous(index: int, count: int, num_gpus: int) -> int:
     """GPU of item `index` of `count` cut into `num_gpus` contiguous blocks (sizes differ by
     one at most), as expert-parallel ranks hold experts [r E / N, (r + 1) E / N)."""

@@ -21,6 +21,7 @@ from __future__ import annotations
 from analysis.repro.output import new_figure
 from analysis.repro.spec import Experiment, Sweep
 from analysis.sweepstats import mean_ci
+from systems.placements.base import placement_name
 
 TITLE = "Several GPUs: TPOT against the GPU count and the placement of the experts"
 SEEDS = (0, 1, 2)
@@ -51,7 +52,7 @@ def placement_of(config: dict) -> str:
     node = config.get("placement")
     if config["hardware"].get("num_gpus", 1) == 1 or not node:
         return ONE_GPU
-    return node.get("name") or node["_target_"].rsplit(".", 2)[-2]
+    return placement_name(node)
 
 
 def _cell(result: dict) -> tuple:
